@@ -1,0 +1,16 @@
+"""Head registry: kind → ``nn.Module`` class. Heads get hidden states, never text.
+
+A head takes ``(hidden_states, attention_mask, **extra_inputs)`` and returns logits (a tensor or
+a tuple); ``head.loss(logits, **labels)`` gives the training loss; ``label_fields`` names the
+batch keys that hold labels.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from heads.sequence import SequenceHead
+
+HEADS: dict[str, type[nn.Module]] = {
+    "sequence": SequenceHead,
+    "pair": SequenceHead,  # a pair is encoded as one sequence: [CLS] a [SEP] b [SEP]
+}

@@ -1,0 +1,189 @@
+"""The shared encoder: tokenizer and ``AutoModel`` from a hub id or a local directory, pretrained
+or randomly initialised, plus the locally trained tokenizer of the ``tiny`` preset.
+
+Everything here that touches the hub first checks it can be reached, so an offline machine gets
+one clear line (which id, that the hub is unreachable, what to do) in seconds, not a minute of
+retries.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from typing import Iterable
+from urllib.parse import urlparse
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from tasks.errors import ConfigError, KotuneError
+
+HANGUL = range(0xAC00, 0xD7A4)
+NO_TOKEN_TYPES = {"roberta", "xlm-roberta", "camembert", "deberta-v2"}
+
+
+class ModelUnavailable(KotuneError):
+    pass
+
+
+def _plain(node) -> dict:
+    return dict(OmegaConf.to_container(node, resolve=True)) if node else {}
+
+
+def _is_local(path: str) -> bool:
+    return os.path.isdir(os.path.expanduser(path))
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _from_hub_or_cache(loader, name: str, **kwargs):
+    """``loader.from_pretrained`` that tries the local HF cache first and fails fast offline."""
+    if _is_local(name):
+        return loader.from_pretrained(os.path.expanduser(name), **kwargs)
+    try:
+        return loader.from_pretrained(name, local_files_only=True, **kwargs)
+    except OSError:
+        pass
+    if not hub_reachable():
+        raise ModelUnavailable(
+            f"model '{name}' is not cached locally and the Hugging Face hub is unreachable: "
+            f"download it on a machine with a network and pass model.name_or_path=/path/to/dir, "
+            f"or run offline with model=tiny (or model.init=random with a local vocab directory)")
+    try:
+        return loader.from_pretrained(name, **kwargs)
+    except OSError as e:
+        raise ModelUnavailable(f"cannot load '{name}' from the hub: {str(e).splitlines()[0]}") from None
+
+
+def load_tokenizer(model_cfg: DictConfig, texts: Iterable[str] | None = None, cache_dir: str | None = None):
+    """The preset's tokenizer; ``tokenizer.train: true`` trains a WordPiece one on ``texts``."""
+    from transformers import AutoTokenizer, BertTokenizer
+
+    kwargs = _plain(model_cfg.get("tokenizer_kwargs"))
+    spec = model_cfg.get("tokenizer") or {}
+    if spec.get("train"):
+        if texts is None:
+            raise ConfigError("model.tokenizer.train needs training texts (a train split)")
+        return train_wordpiece(texts, int(spec.get("vocab_size", 8000)), cache_dir)
+    path = model_cfg.get("tokenizer_path") or model_cfg.name_or_path
+    if path is None:
+        raise ConfigError(f"model {model_cfg.name}: set model.name_or_path (a hub id or directory)")
+    if _is_local(path) and not os.path.exists(os.path.join(os.path.expanduser(path), "tokenizer_config.json")) \
+            and not os.path.exists(os.path.join(os.path.expanduser(path), "config.json")):
+        # a bare vocab directory (e.g. ../shared/vocab/koelectra): WordPiece from vocab.txt
+        return BertTokenizer.from_pretrained(os.path.expanduser(path), **kwargs)
+    return _from_hub_or_cache(AutoTokenizer, path, revision=model_cfg.get("revision"), **kwargs)
+
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int, cache_dir: str | None):
+    """A cased WordPiece tokenizer trained on the task's own text (the ``tiny`` preset), cached."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers, decoders
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    texts = list(texts)
+    key = hashlib.sha256(("\n".join(texts) + f"|{vocab_size}|v1").encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir, "tokenizers", key) if cache_dir else None
+    if path and os.path.exists(os.path.join(path, "tokenizer.json")):
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    # cased, no accent stripping: NFD would split Hangul syllables into jamo
+    tok.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                                             show_progress=False))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                            special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    if path:
+        tmp = f"{path}.tmp{os.getpid()}"
+        fast.save_pretrained(tmp)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not os.path.exists(path):
+            os.replace(tmp, path)
+    return fast
+
+
+def unk_rate(tokenizer, texts: Iterable[str], limit: int = 2000) -> float:
+    """Fraction of Hangul syllables that land in [UNK] tokens (the lowercasing trap shows here)."""
+    unk_id = tokenizer.unk_token_id
+    hangul = unk = 0
+    for i, text in enumerate(texts):
+        if i >= limit:
+            break
+        enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+        for tid, (s, e) in zip(enc["input_ids"], enc["offset_mapping"]):
+            n = sum(1 for ch in text[s:e] if ord(ch) in HANGUL)
+            hangul += n
+            unk += n if tid == unk_id else 0
+    return unk / hangul if hangul else 0.0
+
+
+def build_config(model_cfg: DictConfig, vocab_size: int | None):
+    from transformers import AutoConfig
+
+    path = model_cfg.get("name_or_path")
+    overrides = _plain(model_cfg.get("config_overrides"))
+    has_config = path and (not _is_local(path) or os.path.exists(os.path.join(os.path.expanduser(path),
+                                                                              "config.json")))
+    if has_config:
+        config = _from_hub_or_cache(AutoConfig, path, revision=model_cfg.get("revision"))
+    elif model_cfg.get("architecture"):
+        config = AutoConfig.for_model(model_cfg.architecture)
+    else:
+        raise ConfigError(f"model {model_cfg.name}: '{path}' has no config.json; set "
+                          "model.architecture=bert|electra|roberta to build one")
+    for key, value in overrides.items():
+        if not hasattr(config, key):
+            raise ConfigError(f"model.config_overrides.{key}: not a field of {type(config).__name__}")
+        setattr(config, key, value)
+    if vocab_size and model_cfg.get("init") == "random":
+        config.vocab_size = vocab_size
+    return config
+
+
+def load_encoder(model_cfg: DictConfig, vocab_size: int | None, seed: int) -> torch.nn.Module:
+    """``AutoModel`` without any task head (and without BERT's unused pooler)."""
+    from transformers import AutoModel
+
+    init = model_cfg.get("init", "pretrained")
+    if init not in ("pretrained", "random"):
+        raise ConfigError(f"model.init must be pretrained or random, got '{init}'")
+    config = build_config(model_cfg, vocab_size)
+    extra = no_pooler(config)
+    if model_cfg.get("attn_implementation"):
+        config._attn_implementation = model_cfg.attn_implementation
+    if init == "random":
+        torch.manual_seed(seed)
+        return AutoModel.from_config(config, **extra)
+    return _from_hub_or_cache(AutoModel, model_cfg.name_or_path, config=config,
+                              revision=model_cfg.get("revision"), **extra)
+
+
+def no_pooler(config) -> dict:
+    """Keyword that drops BERT/RoBERTa's pooler: heads pool for themselves, and unused
+    parameters would break DDP and inflate the trainable count."""
+    return {"add_pooling_layer": False} if config.model_type in ("bert", "roberta") else {}
+
+
+def uses_token_type_ids(config) -> bool:
+    return config.model_type not in NO_TOKEN_TYPES and getattr(config, "type_vocab_size", 0) > 1
+
+
+def position_limit(config) -> int:
+    limit = int(getattr(config, "max_position_embeddings", 512))
+    # RoBERTa-style position ids start after the padding index
+    return limit - 2 if config.model_type in NO_TOKEN_TYPES and limit in (514, 130) else limit

@@ -1,0 +1,361 @@
+"""kotune's command line: ``python run.py task=nli model=klue`` (Hydra; see conf/).
+
+compose config → read task data → tokenizer + encoder + head → transformers.Trainer → decode →
+KLUE metrics → ``results.json`` (atomic) in the run directory, plus the model and predictions.
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+import time
+import warnings
+from typing import Any, Callable
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from tasks import build_task
+from tasks.base import EncodeSettings, Split, Task, encode_cached, fingerprint, load_splits
+from tasks.errors import ConfigError, KotuneError
+from tasks.io import write_json_atomic, write_jsonl_atomic
+
+CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
+GROUPS = ("task", "model", "mode", "train", "data")
+UNK_WARN_RATE = 0.05
+
+
+def log(msg: str) -> None:
+    print(f"[kotune] {msg}", flush=True)
+
+
+# ---- building blocks -----------------------------------------------------------------------
+def resolve_max_length(requested: int, encoder_config) -> int:
+    from heads.encoder import position_limit
+
+    limit = position_limit(encoder_config)
+    if requested > limit:
+        log(f"train.max_length={requested} exceeds the model's {limit} positions: using {limit}")
+        return limit
+    return requested
+
+
+def warn_unknown_hangul(tokenizer, texts) -> float:
+    from heads.encoder import unk_rate
+
+    rate = unk_rate(tokenizer, texts)
+    if rate > UNK_WARN_RATE:
+        log(f"WARNING: the tokenizer maps {rate:.0%} of Hangul syllables to [UNK]. A cased Korean "
+            "vocabulary loaded with lowercasing/accent stripping decomposes Hangul into jamo: set "
+            "model.tokenizer_kwargs.do_lower_case=false")
+    return rate
+
+
+def make_collator(tokenizer, cfg: DictConfig):
+    from tasks.collate import DynamicPaddingCollator
+
+    return DynamicPaddingCollator(tokenizer.pad_token_id, int(cfg.train.pad_to_multiple_of or 1))
+
+
+def training_arguments(cfg: DictConfig, run_dir: str, task: Task, do_eval: bool):
+    import torch
+    from transformers import TrainingArguments
+
+    t = cfg.train
+    precision = str(t.precision)
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise ConfigError(f"train.precision must be fp32, bf16 or fp16, got '{precision}'")
+    return TrainingArguments(
+        output_dir=os.path.join(run_dir, "checkpoints"),
+        learning_rate=float(t.learning_rate),
+        num_train_epochs=float(t.epochs),
+        max_steps=int(t.max_steps),
+        per_device_train_batch_size=int(t.batch_size),
+        per_device_eval_batch_size=int(t.eval_batch_size),
+        gradient_accumulation_steps=int(t.grad_accum),
+        warmup_steps=float(t.warmup_ratio),  # < 1: a fraction of the total steps
+        weight_decay=float(t.weight_decay),
+        seed=int(t.seed),
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        torch_compile=bool(t.get("compile", False)),
+        eval_strategy=str(t.eval_strategy) if do_eval else "no",
+        save_strategy=str(t.save_strategy),
+        logging_steps=int(t.logging_steps),
+        report_to="none",
+        remove_unused_columns=False,  # features carry only model inputs; ids stay outside
+        label_names=list(task.label_fields),
+        train_sampling_strategy="group_by_length" if t.group_by_length else "random",
+        dataloader_num_workers=int(t.dataloader_num_workers),
+        dataloader_pin_memory=torch.cuda.is_available(),
+        ddp_find_unused_parameters=bool(cfg.mode.frozen) or None,
+        disable_tqdm=not sys.stderr.isatty() and os.environ.get("KOTUNE_PROGRESS", "1") == "0",
+    )
+
+
+class Built:
+    """Everything one run needs: task, splits, tokenizer, model, features."""
+
+    def __init__(self, task: Task, splits: dict[str, Split], tokenizer, model, features: dict, max_length: int):
+        self.task, self.splits, self.tokenizer, self.model = task, splits, tokenizer, model
+        self.features, self.max_length = features, max_length
+
+
+def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
+    from heads.encoder import load_encoder, load_tokenizer, uses_token_type_ids
+    from heads.model import KotuneModel
+
+    task = build_task(cfg.task)
+    seed = int(cfg.train.seed)
+    if cfg.get("checkpoint"):
+        model_dir = checkpoint_model_dir(cfg.checkpoint)
+        model = KotuneModel.load(model_dir)
+        task.labels = model.meta.get("labels", task.labels)
+        splits = load_splits(task, cfg.data, need, seed)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        max_length = int(model.meta.get("max_length", cfg.train.max_length))
+    else:
+        splits = load_splits(task, cfg.data, need, seed)
+        if "train" in splits:
+            task.fit_labels(splits["train"].examples)
+            if hasattr(task, "check_labels") and "validation" in splits:
+                task.check_labels(splits["validation"].examples, str(splits["validation"].source))
+        first = splits.get("train") or next(iter(splits.values()))
+        log("loading tokenizer")
+        tokenizer = load_tokenizer(cfg.model, texts=task.training_texts(first.examples),
+                                   cache_dir=cfg.cache_dir)
+        warn_unknown_hangul(tokenizer, task.training_texts(first.examples))
+        log(f"building encoder ({cfg.model.init}: {cfg.model.name_or_path or cfg.model.name})")
+        encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=seed)
+        max_length = resolve_max_length(int(cfg.train.max_length), encoder.config)
+        head_kwargs = dict(task.head_kwargs(), dropout=float(cfg.train.head_dropout))
+        meta = {"task": task.name, "labels": task.labels, "max_length": max_length,
+                "token_type_ids": uses_token_type_ids(encoder.config), "model": cfg.model.name}
+        model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta)
+    settings = EncodeSettings(max_length=max_length, token_type_ids=bool(model.meta["token_type_ids"]))
+    features = {}
+    for split, data in splits.items():
+        log(f"encoding {split}: {len(data.examples)} examples")
+        features[split] = encode_cached(task, data.examples, tokenizer, settings, cfg.cache_dir, log=log)
+    return Built(task, splits, tokenizer, model, features, max_length)
+
+
+def checkpoint_model_dir(path: str) -> str:
+    for candidate in (path, os.path.join(path, "model")):
+        if os.path.exists(os.path.join(candidate, "kotune.json")):
+            return candidate
+    raise KotuneError(f"checkpoint={path}: no saved model there (expected {path}/model/kotune.json)")
+
+
+def make_trainer(cfg: DictConfig, b: Built, run_dir: str):
+    from transformers import Trainer
+
+    task = b.task
+    val = b.features.get("validation")
+    train = b.features.get("train")
+
+    def compute_metrics(p) -> dict:
+        return task.score(task.decode(p.predictions, val, b.splits["validation"].examples),
+                          b.splits["validation"].examples)
+
+    do_eval = val is not None and train is not None and cfg.train.eval_strategy != "no"
+    return Trainer(
+        model=b.model,
+        args=training_arguments(cfg, run_dir, task, do_eval),
+        train_dataset=train.select_columns(task.model_columns(train)) if train is not None else None,
+        eval_dataset=val.select_columns(task.model_columns(val)) if do_eval else None,
+        data_collator=make_collator(b.tokenizer, cfg),
+        compute_metrics=compute_metrics if do_eval else None,
+    )
+
+
+def predict(trainer, b: Built, split: str) -> tuple[list, dict]:
+    features = b.features[split]
+    out = trainer.predict(features.select_columns(b.task.model_columns(features)))
+    outputs = b.task.decode(out.predictions, features, b.splits[split].examples)
+    speed = {"eval_samples_per_second": out.metrics.get("test_samples_per_second")}
+    return outputs, speed
+
+
+# ---- actions -------------------------------------------------------------------------------
+def action_train(cfg: DictConfig, run_dir: str) -> dict:
+    b = build(cfg, ("train", "validation"))
+    trainer = make_trainer(cfg, b, run_dir)
+    res = {"n_train": len(b.splits["train"].examples), "n_eval": len(b.splits["validation"].examples),
+           **{k: v for k, v in b.model.param_counts().items()}, "max_length": b.max_length,
+           "data": {s: d.source for s, d in b.splits.items()}}
+    log(f"training: {res['n_train']} examples, {res['trainable_params']:,} trainable parameters")
+    train_out = trainer.train()
+    res["train_samples_per_second"] = train_out.metrics.get("train_samples_per_second")
+    res["train_loss"] = train_out.metrics.get("train_loss")
+    if not math.isfinite(res["train_loss"] if res["train_loss"] is not None else 0.0):
+        raise KotuneError(f"training diverged: loss is {res['train_loss']}")
+    log("evaluating")
+    outputs, speed = predict(trainer, b, "validation")
+    res.update(speed, metrics=b.task.score(outputs, b.splits["validation"].examples))
+    if trainer.is_world_process_zero():
+        if cfg.save_model:
+            b.model.save(os.path.join(run_dir, "model"), b.tokenizer)
+        if cfg.save_predictions:
+            write_jsonl_atomic(os.path.join(run_dir, "predictions.jsonl"),
+                               b.task.prediction_records(outputs, b.splits["validation"].examples))
+    return res
+
+
+def action_eval(cfg: DictConfig, run_dir: str) -> dict:
+    if not cfg.get("checkpoint"):
+        raise ConfigError("action=eval needs checkpoint=RUN_DIR (a directory written by action=train)")
+    b = build(cfg, ("validation",))
+    trainer = make_trainer(cfg, b, run_dir)
+    outputs, speed = predict(trainer, b, "validation")
+    if cfg.save_predictions:
+        write_jsonl_atomic(os.path.join(run_dir, "predictions.jsonl"),
+                           b.task.prediction_records(outputs, b.splits["validation"].examples))
+    return {"n_eval": len(outputs), **b.model.param_counts(), **speed, "checkpoint": cfg.checkpoint,
+            "metrics": b.task.score(outputs, b.splits["validation"].examples),
+            "data": {s: d.source for s, d in b.splits.items()}}
+
+
+def action_predict(cfg: DictConfig, run_dir: str) -> dict:
+    if not cfg.get("checkpoint"):
+        raise ConfigError("action=predict needs checkpoint=RUN_DIR and data.predict_file=FILE")
+    b = build(cfg, ("predict",))
+    trainer = make_trainer(cfg, b, run_dir)
+    outputs, speed = predict(trainer, b, "predict")
+    path = os.path.join(run_dir, "predictions.jsonl")
+    write_jsonl_atomic(path, b.task.prediction_records(outputs, b.splits["predict"].examples))
+    log(f"wrote {len(outputs)} predictions to {path}")
+    return {"n_predict": len(outputs), **speed, "checkpoint": cfg.checkpoint, "metrics": {},
+            "predictions_file": path, "data": {s: d.source for s, d in b.splits.items()}}
+
+
+ACTIONS: dict[str, Callable[[DictConfig, str], dict]] = {
+    "train": action_train, "eval": action_eval, "predict": action_predict,
+}
+
+
+# ---- results -------------------------------------------------------------------------------
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "transformers", "datasets", "tokenizers", "hydra-core", "kotune"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Identity of a job: the resolved config minus what does not change its result."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    return fingerprint(plain)[:16]
+
+
+def execute(cfg: DictConfig, run_dir: str) -> dict:
+    """Run ``cfg.action`` and write ``run_dir/results.json``; returns the results dict."""
+    started = time.time()
+    os.makedirs(run_dir, exist_ok=True)
+    results: dict[str, Any] = {
+        "task": cfg.task.name, "model": cfg.model.name, "mode": cfg.mode.name, "action": cfg.action,
+        "seed": int(cfg.train.seed), "status": "running", "main_metric": cfg.task.main_metric,
+        "config_hash": config_hash(cfg), "run_dir": os.path.abspath(run_dir),
+        "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+    }
+    try:
+        if cfg.action not in ACTIONS:
+            raise ConfigError(f"unknown action '{cfg.action}' (choices: {', '.join(ACTIONS)})")
+        results.update(ACTIONS[cfg.action](cfg, run_dir))
+        results["status"] = "ok"
+    except KotuneError as e:
+        results.update(status="failed", error=str(e), error_type=type(e).__name__)
+    except Exception as e:  # noqa: BLE001 - a failed job still leaves a results file behind
+        results.update(status="failed", error=f"{type(e).__name__}: {e}", error_type=type(e).__name__)
+        if not cfg.get("keep_going_on_bugs", True):
+            raise
+        import traceback
+
+        results["traceback"] = traceback.format_exc()
+    results["runtime_s"] = round(time.time() - started, 3)
+    metrics = results.get("metrics") or {}
+    results["main_score"] = metrics.get(cfg.task.main_metric)
+    results["config"] = OmegaConf.to_container(cfg, resolve=True)
+    results["versions"] = versions()
+    if int(os.environ.get("RANK", 0)) == 0:
+        write_json_atomic(os.path.join(run_dir, "results.json"), results)
+    return results
+
+
+def summary(results: dict) -> str:
+    rows = [("task", results["task"]), ("model", results["model"]), ("mode", results["mode"]),
+            ("action", results["action"]), ("status", results["status"])]
+    for k, v in (results.get("metrics") or {}).items():
+        mark = " *" if k == results.get("main_metric") else ""
+        rows.append((k + mark, f"{v:.2f}" if isinstance(v, float) else str(v)))
+    for k in ("n_train", "n_eval", "trainable_params", "train_samples_per_second", "runtime_s"):
+        if results.get(k) is not None:
+            v = results[k]
+            rows.append((k, f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def worst_score(cfg: DictConfig) -> float:
+    return -1e9 if cfg.task.get("greater_is_better", True) else 1e9
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    quiet_libraries()
+    results = execute(cfg, hc.runtime.output_dir)
+    path = os.path.join(hc.runtime.output_dir, "results.json")
+    if results["status"] == "ok":
+        print(f"\n{summary(results)}\n  results: {path}", flush=True)
+        score = results.get("main_score")
+        return float(score) if score is not None and math.isfinite(score) else worst_score(cfg)
+    print(f"error: {results['error']}", file=sys.stderr, flush=True)
+    if hc.mode == RunMode.MULTIRUN:  # let the sweep go on; a sweeper gets a finite worst score
+        return worst_score(cfg)
+    sys.exit(1)
+
+
+def quiet_libraries() -> None:
+    import logging
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    for name in ("transformers", "datasets", "accelerate"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_warning()
+    except ImportError:
+        pass
+
+
+def check_choices(argv: list[str]) -> None:
+    """Unknown task/model/mode on the command line: one line listing the choices."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        if not sep or key not in GROUPS:
+            continue
+        choices = sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, key)) if f.endswith(".yaml"))
+        for v in value.split(","):
+            if v and v not in choices and not v.startswith(("choice(", "range(", "glob(")):
+                print(f"error: unknown {key} '{v}' (choices: {', '.join(choices)})", file=sys.stderr)
+                sys.exit(2)
+
+
+if __name__ == "__main__":
+    check_choices(sys.argv[1:])
+    main()

@@ -1,0 +1,25 @@
+"""Task registry: name → task class. The task's config (conf/task/<name>.yaml) holds its
+explicit column map, label names, hub dataset and main metric."""
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from tasks.base import Task
+from tasks.classification import ClassificationTask
+from tasks.errors import ConfigError
+
+TASKS: dict[str, type[Task]] = {
+    "ynat": ClassificationTask,
+    "nli": ClassificationTask,
+    "sts": ClassificationTask,
+    "text_cls": ClassificationTask,
+    "text_pair": ClassificationTask,
+}
+
+
+def build_task(task_cfg: DictConfig) -> Task:
+    """The task object for a resolved ``cfg.task`` node."""
+    name = task_cfg.get("name")
+    if name not in TASKS:
+        raise ConfigError(f"unknown task '{name}' (choices: {', '.join(sorted(TASKS))})")
+    return TASKS[name](OmegaConf.create(OmegaConf.to_container(task_cfg, resolve=True)))

@@ -1,0 +1,238 @@
+"""What every task provides, and the data plumbing they share (splits, holdout, encode cache).
+
+A task turns files or hub rows into *examples* (plain dicts with an ``id``), examples into
+*features* (a ``datasets.Dataset`` holding the model inputs plus whatever decoding needs), model
+outputs back into task outputs, and outputs into metrics. It never builds a module.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from omegaconf import DictConfig
+
+from tasks.errors import ConfigError, DataError
+from tasks.io import load_hub_split, sha256_of
+
+SAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples")
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class Split:
+    """Examples of one split and where they came from (for results.json)."""
+
+    examples: list[dict]
+    source: dict[str, Any]
+
+
+@dataclass
+class EncodeSettings:
+    max_length: int
+    token_type_ids: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Task:
+    """Base class; subclasses fill in reading, encoding, decoding and scoring."""
+
+    head: str = "sequence"
+    label_fields: tuple[str, ...] = ("labels",)
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self.name: str = cfg.name
+        self.main_metric: str = cfg.main_metric
+        self.greater_is_better: bool = bool(cfg.get("greater_is_better", True))
+        self.labels: list[str] | None = list(cfg.labels) if cfg.get("labels") else None
+
+    # ---- reading -------------------------------------------------------------------------
+    def read_file(self, path: str) -> list[dict]:
+        raise NotImplementedError
+
+    def read_hub(self, rows, path: str) -> list[dict]:
+        raise NotImplementedError
+
+    def fit_labels(self, train: list[dict]) -> None:
+        """Tasks whose label set comes from the training data set it here."""
+
+    def training_texts(self, examples: list[dict]) -> Iterable[str]:
+        raise NotImplementedError
+
+    # ---- model side ----------------------------------------------------------------------
+    def head_kwargs(self) -> dict:
+        return {"num_labels": len(self.labels) if self.labels else 1}
+
+    def encode(self, examples: list[dict], tokenizer, settings: EncodeSettings):
+        raise NotImplementedError
+
+    def model_columns(self, features) -> list[str]:
+        keep = set(MODEL_INPUTS) | set(self.label_fields)
+        return [c for c in features.column_names if c in keep]
+
+    def decode(self, predictions, features, examples: list[dict]) -> list[Any]:
+        raise NotImplementedError
+
+    def score(self, outputs: list[Any], examples: list[dict]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def prediction_records(self, outputs: list[Any], examples: list[dict]) -> list[dict]:
+        return [{"id": ex["id"], "prediction": out} for out, ex in zip(outputs, examples)]
+
+    def encode_key(self) -> dict:
+        """The task options that change encoding (part of the feature cache key)."""
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.to_container(self.cfg, resolve=True)
+        return {k: v for k, v in cfg.items() if k not in ("main_metric", "greater_is_better")}
+
+    def describe(self) -> dict:
+        return {"name": self.name, "head": self.head, "labels": self.labels,
+                "main_metric": self.main_metric}
+
+
+# ---- splits ------------------------------------------------------------------------------
+def sample_file(task_cfg: DictConfig, split: str) -> str:
+    folder = os.path.join(SAMPLES_DIR, task_cfg.get("sample", task_cfg.name))
+    stem = "train" if split == "train" else "dev"
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.split(".")[0] == stem:
+            return os.path.join(folder, name)
+    raise ConfigError(f"task {task_cfg.name} ships no sample {stem} file in {folder}")
+
+
+def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) -> dict[str, Split]:
+    """Read the splits in ``need`` ('train', 'validation', 'predict') from files, samples or hub."""
+    files = {"train": data.get("train_file"), "validation": data.get("validation_file"),
+             "predict": data.get("predict_file")}
+    if data.get("source") == "sample":
+        files["train"] = files["train"] or sample_file(task.cfg, "train")
+        files["validation"] = files["validation"] or sample_file(task.cfg, "validation")
+    use_files = any(files[s] for s in ("train", "validation"))
+    holdout = float(data.get("validation_split") or 0.0)
+    out: dict[str, Split] = {}
+
+    def from_file(path: str) -> Split:
+        return Split(task.read_file(path), {"file": path, "sha256": sha256_of(path)})
+
+    def from_hub(split: str) -> Split:
+        hub = task.cfg.get("hub")
+        if not hub:
+            raise ConfigError(f"task {task.name} has no hub dataset: set data.train_file=... "
+                              "(and data.validation_file=...) or use data=sample")
+        rows, revision = load_hub_split(hub.path, hub.get("name"), split, data.get("revision"))
+        label = f"{hub.path}/{hub.get('name')}:{split}"
+        return Split(task.read_hub(rows, label), {"hub": hub.path, "name": hub.get("name"),
+                                                  "split": split, "revision": revision})
+
+    if "predict" in need:
+        if not files["predict"]:
+            raise ConfigError("action=predict needs data.predict_file=FILE")
+        out["predict"] = from_file(files["predict"])
+    wants = [s for s in ("train", "validation") if s in need]
+    if wants and use_files:
+        if "train" in wants and not files["train"]:
+            raise ConfigError("data.validation_file is set but data.train_file is not")
+        if files["train"] and ("train" in wants or not files["validation"]):
+            train = from_file(files["train"])
+            if files["validation"]:
+                out["train"] = train
+                if "validation" in wants:
+                    out["validation"] = from_file(files["validation"])
+            elif holdout > 0:
+                out["train"], out["validation"] = _holdout(train, holdout, seed)
+            else:
+                raise ConfigError("only data.train_file is given: add data.validation_file=FILE "
+                                  "or data.validation_split=0.2 to hold out a seeded fraction")
+        elif "validation" in wants:
+            out["validation"] = from_file(files["validation"])
+    elif wants:
+        for split in wants:
+            out[split] = from_hub("train" if split == "train" else data.get("hub_validation_split",
+                                                                           "validation"))
+    for split, limit in (("train", data.get("max_train_samples")),
+                         ("validation", data.get("max_eval_samples"))):
+        if split in out and limit:
+            out[split].examples = out[split].examples[: int(limit)]
+            out[split].source["max_samples"] = int(limit)
+    for split, s in out.items():
+        if not s.examples:
+            raise DataError(s.source.get("file") or s.source.get("hub", "?"), None,
+                            f"no examples in the {split} split")
+    return out
+
+
+def _holdout(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+    if not 0 < fraction < 1:
+        raise ConfigError(f"data.validation_split must be between 0 and 1, got {fraction}")
+    order = list(range(len(train.examples)))
+    random.Random(seed).shuffle(order)
+    n_val = max(1, int(round(len(order) * fraction)))
+    val_idx, train_idx = sorted(order[:n_val]), sorted(order[n_val:])
+    src = dict(train.source, validation_split=fraction, split_seed=seed)
+    return (Split([train.examples[i] for i in train_idx], dict(src, part="train")),
+            Split([train.examples[i] for i in val_idx], dict(src, part="held-out")))
+
+
+def fingerprint(obj: Any) -> str:
+    """A stable hash of plain data (examples, settings)."""
+    blob = json.dumps(obj, ensure_ascii=False, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    state = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    return hashlib.sha256(f"{type(tokenizer).__name__}|{state}".encode()).hexdigest()
+
+
+ENCODE_VERSION = 1  # bump when an encoder's output changes, to invalidate cached features
+
+
+def encode_cached(task: Task, examples: list[dict], tokenizer, settings: EncodeSettings,
+                  cache_dir: str | None, log=print):
+    """Tokenize once: features are stored on disk keyed by examples, tokenizer and settings."""
+    import datasets
+
+    key = fingerprint({"v": ENCODE_VERSION, "task": type(task).__name__, "encode": task.encode_key(),
+                       "examples": fingerprint(examples), "tok": tokenizer_fingerprint(tokenizer),
+                       "settings": settings.__dict__})[:24]
+    path = os.path.join(cache_dir, "features", f"{task.name}-{key}") if cache_dir else None
+    if path and os.path.exists(os.path.join(path, "dataset_info.json")):
+        try:
+            features = datasets.load_from_disk(path)
+            log(f"features: reused {len(features)} cached rows ({path})")
+            return features
+        except Exception as e:  # noqa: BLE001 - a broken cache is rebuilt, never fatal
+            log(f"warning: cached features at {path} unreadable ({e}); rebuilding")
+    features = task.encode(examples, tokenizer, settings)
+    if path:
+        tmp = f"{path}.tmp{os.getpid()}"
+        with _no_progress():
+            features.save_to_disk(tmp)
+        if os.path.exists(path):
+            import shutil
+            shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+        features = datasets.load_from_disk(path)
+    return features
+
+
+class _no_progress:
+    """Silence datasets' progress bars for bookkeeping steps (saving a cache is not news)."""
+
+    def __enter__(self):
+        import datasets
+
+        self.was = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()
+
+    def __exit__(self, *exc):
+        import datasets
+
+        if self.was:
+            datasets.enable_progress_bars()

@@ -1,0 +1,142 @@
+"""Sequence-level tasks: YNAT (single text), NLI (pair), STS (pair regression), and the generic
+``text_cls`` / ``text_pair`` tasks for custom CSV/TSV/JSON/JSONL files.
+
+Columns come from an explicit map in the task config (``task.columns``: text, text_pair, label),
+never guessed. Labels are mapped by *name*: hub and KLUE-baseline label orders differ.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import numpy as np
+
+from tasks import metrics
+from tasks.base import EncodeSettings, Task
+from tasks.errors import DataError
+from tasks.io import field, read_records
+
+
+class ClassificationTask(Task):
+    """[CLS] classification (``num_labels`` > 1) or regression (``task.regression: true``)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.regression = bool(cfg.get("regression", False))
+        self.head = "pair" if cfg.columns.get("text_pair") else "sequence"
+
+    # ---- reading -------------------------------------------------------------------------
+    def read_file(self, path: str) -> list[dict]:
+        cols = self.cfg.columns
+        examples = []
+        for where, row in read_records(path, self.cfg.get("format")):
+            ex = {"id": str(row.get(cols.get("id") or "guid", f"{path}:{where}"))}
+            ex["text"] = self._text(path, where, field(path, where, row, cols.text))
+            if cols.get("text_pair"):
+                ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair))
+            raw = field(path, where, row, cols.label, required=False)
+            if raw is not None and raw != "":
+                ex["label"] = self._label(path, where, raw)
+            examples.append(ex)
+        return examples
+
+    def read_hub(self, rows, path: str) -> list[dict]:
+        cols = self.cfg.hub.columns
+        names = None
+        if not self.regression:  # hub labels are class ids: translate through the hub's own names
+            names = rows.features[cols.label].names
+        examples = []
+        for i, row in enumerate(rows):
+            where = f"row {i}"
+            ex = {"id": str(row.get("guid", i)),
+                  "text": self._text(path, where, field(path, where, row, cols.text))}
+            if cols.get("text_pair"):
+                ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair))
+            raw = field(path, where, row, cols.label)
+            ex["label"] = self._label(path, where, names[raw] if names else raw)
+            examples.append(ex)
+        return examples
+
+    @staticmethod
+    def _text(path: str, where: str, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise DataError(path, where, f"empty or non-text value {value!r}")
+        return value
+
+    def _label(self, path: str, where: str, raw: Any):
+        if self.regression:
+            try:
+                value = float(raw)
+            except (TypeError, ValueError):
+                raise DataError(path, where, f"label {raw!r} is not a number") from None
+            if not math.isfinite(value):
+                raise DataError(path, where, f"label {raw!r} is not finite")
+            return value
+        name = str(raw)
+        if self.labels is not None and name not in self.labels:
+            raise DataError(path, where, f"unknown label '{name}' (expected one of: "
+                                         f"{', '.join(self.labels)})")
+        return name
+
+    def fit_labels(self, train: list[dict]) -> None:
+        if self.labels is None and not self.regression:
+            self.labels = sorted({ex["label"] for ex in train if "label" in ex})
+
+    def check_labels(self, examples: list[dict], path: str) -> None:
+        """For label sets learned from training data: validation labels must be among them."""
+        for ex in examples:
+            if "label" in ex and not self.regression and ex["label"] not in self.labels:
+                raise DataError(path, ex["id"], f"unknown label '{ex['label']}' (training labels: "
+                                                f"{', '.join(self.labels)})")
+
+    def training_texts(self, examples: list[dict]) -> Iterable[str]:
+        for ex in examples:
+            yield ex["text"]
+            if "text_pair" in ex:
+                yield ex["text_pair"]
+
+    def head_kwargs(self) -> dict:
+        return {"num_labels": 1 if self.regression else len(self.labels)}
+
+    # ---- encoding ------------------------------------------------------------------------
+    def encode(self, examples: list[dict], tokenizer, settings: EncodeSettings):
+        import datasets
+
+        columns = {"text": [ex["text"] for ex in examples]}
+        if self.head == "pair":
+            columns["text_pair"] = [ex["text_pair"] for ex in examples]
+        if all("label" in ex for ex in examples):
+            label_id = {name: i for i, name in enumerate(self.labels or [])}
+            columns["labels"] = [float(ex["label"]) if self.regression else label_id[ex["label"]]
+                                 for ex in examples]
+        raw = datasets.Dataset.from_dict(columns)
+
+        def tokenize(batch):
+            enc = tokenizer(batch["text"], batch.get("text_pair"), truncation=True,
+                            max_length=settings.max_length,
+                            return_token_type_ids=settings.token_type_ids)
+            return dict(enc)
+
+        return raw.map(tokenize, batched=True, remove_columns=[c for c in ("text", "text_pair")
+                                                                if c in columns],
+                       desc=f"tokenizing {self.name}")
+
+    # ---- decoding and scoring ------------------------------------------------------------
+    def decode(self, predictions, features, examples: list[dict]) -> list[Any]:
+        logits = np.asarray(predictions)
+        if self.regression:
+            return [float(v) for v in logits.reshape(len(logits), -1)[:, 0]]
+        return [self.labels[i] for i in logits.argmax(-1)]
+
+    def score(self, outputs: list[Any], examples: list[dict]) -> dict[str, float]:
+        golds = [ex["label"] for ex in examples]
+        if self.regression:
+            return {"pearson": metrics.pearson(outputs, golds),
+                    "f1": metrics.binary_f1_at(outputs, golds, float(self.cfg.get("threshold", 3.0)))}
+        return {"accuracy": metrics.accuracy(outputs, golds),
+                "macro_f1": metrics.macro_f1(outputs, golds, labels=self.labels)}
+
+    def prediction_records(self, outputs: list[Any], examples: list[dict]) -> list[dict]:
+        return [dict({"id": ex["id"], "prediction": out},
+                     **({"gold": ex["label"]} if "label" in ex else {}))
+                for out, ex in zip(outputs, examples)]
