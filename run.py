@@ -232,8 +232,33 @@ def action_predict(cfg: DictConfig, run_dir: str) -> dict:
             "predictions_file": path, "data": {s: d.source for s, d in b.splits.items()}}
 
 
+def action_ceiling(cfg: DictConfig, run_dir: str) -> dict:
+    """Gold labels through the exact encoding and decoding: the best score this tokenizer and
+    these settings allow. Needs a tokenizer (and the model's config for its position limit),
+    no weights."""
+    from heads.encoder import build_config, load_tokenizer, uses_token_type_ids
+
+    task = build_task(cfg.task)
+    if not hasattr(task, "ceiling"):
+        raise ConfigError(f"task {task.name} has no pipeline ceiling (it has no alignment to lose)")
+    splits = load_splits(task, cfg.data, ("validation",), int(cfg.train.seed))
+    examples = splits["validation"].examples
+    tokenizer = load_tokenizer(cfg.model, texts=task.training_texts(examples), cache_dir=cfg.cache_dir)
+    warn_unknown_hangul(tokenizer, task.training_texts(examples))
+    config = build_config(cfg.model, len(tokenizer))
+    settings = EncodeSettings(max_length=resolve_max_length(int(cfg.train.max_length), config),
+                              token_type_ids=uses_token_type_ids(config))
+    features = encode_cached(task, examples, tokenizer, settings, cfg.cache_dir, log=log)
+    metrics, report = task.ceiling(features, examples)
+    for line in report.get("lines", []):
+        log(line)
+    return {"n_eval": len(examples), "max_length": settings.max_length, "metrics": metrics,
+            "ceiling": {k: v for k, v in report.items() if k != "lines"},
+            "data": {s: d.source for s, d in splits.items()}}
+
+
 ACTIONS: dict[str, Callable[[DictConfig, str], dict]] = {
-    "train": action_train, "eval": action_eval, "predict": action_predict,
+    "train": action_train, "eval": action_eval, "predict": action_predict, "ceiling": action_ceiling,
 }
 
 
