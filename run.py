@@ -150,9 +150,27 @@ def checkpoint_model_dir(path: str) -> str:
     raise KotuneError(f"checkpoint={path}: no saved model there (expected {path}/model/kotune.json)")
 
 
-def make_trainer(cfg: DictConfig, b: Built, run_dir: str):
+def trainer_class():
+    from torch.utils.data import SequentialSampler
     from transformers import Trainer
 
+    class KotuneTrainer(Trainer):
+        """Trainer whose evaluation keeps input order.
+
+        transformers 5 reuses the *training* length-grouped sampler (random megabatches) for
+        evaluation and prediction when ``train_sampling_strategy="group_by_length"``, which
+        silently permutes predictions against their examples."""
+
+        def _get_eval_sampler(self, eval_dataset):
+            if eval_dataset is None or self.args.world_size > 1:
+                return None  # distributed: accelerate shards sequentially and gathers in order
+            return SequentialSampler(eval_dataset)
+
+    return KotuneTrainer
+
+
+def make_trainer(cfg: DictConfig, b: Built, run_dir: str):
+    Trainer = trainer_class()
     task = b.task
     val = b.features.get("validation")
     train = b.features.get("train")

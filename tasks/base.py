@@ -198,7 +198,7 @@ def encode_cached(task: Task, examples: list[dict], tokenizer, settings: EncodeS
     """Tokenize once: features are stored on disk keyed by examples, tokenizer and settings."""
     import datasets
 
-    key = fingerprint({"v": ENCODE_VERSION, "task": type(task).__name__, "encode": task.encode_key(),
+    key = fingerprint({"v": ENCODE_VERSION, "task": type(task).__name__, "encode": task.encode_key(), "labels": task.labels,
                        "examples": fingerprint(examples), "tok": tokenizer_fingerprint(tokenizer),
                        "settings": settings.__dict__})[:24]
     path = os.path.join(cache_dir, "features", f"{task.name}-{key}") if cache_dir else None
