@@ -5,6 +5,8 @@ KLUE metrics → ``results.json`` (atomic) in the run directory, plus the model 
 """
 from __future__ import annotations
 
+import gc
+import json
 import math
 import os
 import platform
@@ -31,12 +33,17 @@ def log(msg: str) -> None:
 
 
 # ---- building blocks -----------------------------------------------------------------------
+def requested_max_length(cfg: DictConfig) -> int:
+    """``task.max_length`` where the task sets one (QA windows: 384), else ``train.max_length``."""
+    return int(cfg.task.get("max_length") or cfg.train.max_length)
+
+
 def resolve_max_length(requested: int, encoder_config) -> int:
     from heads.encoder import position_limit
 
     limit = position_limit(encoder_config)
     if requested > limit:
-        log(f"train.max_length={requested} exceeds the model's {limit} positions: using {limit}")
+        log(f"max_length={requested} exceeds the model's {limit} positions: using {limit}")
         return limit
     return requested
 
@@ -55,7 +62,29 @@ def warn_unknown_hangul(tokenizer, texts) -> float:
 def make_collator(tokenizer, cfg: DictConfig):
     from tasks.collate import DynamicPaddingCollator
 
-    return DynamicPaddingCollator(tokenizer.pad_token_id, int(cfg.train.pad_to_multiple_of or 1))
+    return DynamicPaddingCollator(tokenizer.pad_token_id, pad_multiple(cfg.train))
+
+
+def pad_multiple(t: DictConfig) -> int:
+    """``train.pad_to_multiple_of``; ``auto``: 8 on CUDA (tensor-core tiles), 1 on CPU, where
+    rounding up buys nothing and costs ~8 % of the tokens of short KLUE sentences."""
+    import torch
+
+    value = t.get("pad_to_multiple_of", "auto")
+    if value in (None, "auto"):
+        return 8 if torch.cuda.is_available() else 1
+    return max(1, int(value))
+
+
+def dataloader_workers(t: DictConfig) -> int:
+    """``train.dataloader_num_workers``; ``auto``: 2 per process on CUDA (collation overlaps the
+    GPU step), 0 on CPU, where a worker would take a core from the matmuls."""
+    import torch
+
+    value = t.get("dataloader_num_workers", "auto")
+    if value in (None, "auto"):
+        return min(2, os.cpu_count() or 1) if torch.cuda.is_available() else 0
+    return int(value)
 
 
 def training_arguments(cfg: DictConfig, run_dir: str, task: Task, do_eval: bool):
@@ -66,6 +95,11 @@ def training_arguments(cfg: DictConfig, run_dir: str, task: Task, do_eval: bool)
     precision = str(t.precision)
     if precision not in ("fp32", "bf16", "fp16"):
         raise ConfigError(f"train.precision must be fp32, bf16 or fp16, got '{precision}'")
+    cuda = torch.cuda.is_available()
+    if precision == "fp16" and not cuda:
+        raise ConfigError("train.precision=fp16 needs a CUDA GPU (autocast with a loss scaler); "
+                          "on CPU use bf16 or fp32")
+    workers = dataloader_workers(t)
     return TrainingArguments(
         output_dir=os.path.join(run_dir, "checkpoints"),
         learning_rate=float(t.learning_rate),
@@ -87,8 +121,10 @@ def training_arguments(cfg: DictConfig, run_dir: str, task: Task, do_eval: bool)
         remove_unused_columns=False,  # features carry only model inputs; ids stay outside
         label_names=list(task.label_fields),
         train_sampling_strategy="group_by_length" if t.group_by_length else "random",
-        dataloader_num_workers=int(t.dataloader_num_workers),
-        dataloader_pin_memory=torch.cuda.is_available(),
+        use_cpu=precision == "bf16" and not cuda,  # bf16 autocast on CPU (AVX512-BF16/AMX)
+        dataloader_num_workers=workers,
+        dataloader_persistent_workers=workers > 0,  # not re-forked for every evaluation
+        dataloader_pin_memory=cuda,
         ddp_find_unused_parameters=bool(cfg.mode.frozen) or None,
         disable_tqdm=not sys.stderr.isatty() and os.environ.get("KOTUNE_PROGRESS", "1") == "0",
     )
@@ -100,6 +136,9 @@ class Built:
     def __init__(self, task: Task, splits: dict[str, Split], tokenizer, model, features: dict, max_length: int):
         self.task, self.splits, self.tokenizer, self.model = task, splits, tokenizer, model
         self.features, self.max_length = features, max_length
+        # what Trainer reads per split: the model columns, or with them cached frozen states
+        self.inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
+        self.cache_report: dict = {}
 
 
 def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
@@ -116,7 +155,7 @@ def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        max_length = int(model.meta.get("max_length", cfg.train.max_length))
+        max_length = int(model.meta.get("max_length", requested_max_length(cfg)))
     else:
         splits = load_splits(task, cfg.data, need, seed)
         if "train" in splits:
@@ -130,17 +169,45 @@ def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
         warn_unknown_hangul(tokenizer, task.training_texts(first.examples))
         log(f"building encoder ({cfg.model.init}: {cfg.model.name_or_path or cfg.model.name})")
         encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=seed)
-        max_length = resolve_max_length(int(cfg.train.max_length), encoder.config)
+        max_length = resolve_max_length(requested_max_length(cfg), encoder.config)
         head_kwargs = dict(task.head_kwargs(), dropout=float(cfg.train.head_dropout))
         meta = {"task": task.name, "labels": task.labels, "max_length": max_length,
                 "token_type_ids": uses_token_type_ids(encoder.config), "model": cfg.model.name}
-        model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta)
+        model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
+                            layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"))
     settings = EncodeSettings(max_length=max_length, token_type_ids=bool(model.meta["token_type_ids"]))
     features = {}
     for split, data in splits.items():
         log(f"encoding {split}: {len(data.examples)} examples")
         features[split] = encode_cached(task, data.examples, tokenizer, settings, cfg.cache_dir, log=log)
-    return Built(task, splits, tokenizer, model, features, max_length)
+    built = Built(task, splits, tokenizer, model, features, max_length)
+    if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint")):
+        use_frozen_cache(cfg, built)
+    return built
+
+
+def use_frozen_cache(cfg: DictConfig, b: Built) -> None:
+    """``mode.cache``: encode each split once with the frozen encoder; Trainer then reads the
+    stored states (heads/feature_cache.py)."""
+    from heads.feature_cache import CacheSettings, cached_inputs
+    from tasks.base import tokenizer_fingerprint
+
+    if not cfg.get("cache_dir"):
+        raise ConfigError("mode.cache=true needs cache_dir=DIR (where frozen features are stored)")
+    settings = CacheSettings(str(cfg.cache_dir), str(cfg.mode.get("cache_dtype", "float16")),
+                             float(cfg.mode.get("cache_max_gb", 20)), int(cfg.train.eval_batch_size))
+    identity = {"model": b.model.meta.get("model"), "tokenizer": tokenizer_fingerprint(b.tokenizer),
+                "max_length": b.max_length}
+    b.inputs, b.cache_report = cached_inputs(b.model, b.inputs, identity, settings, name=b.task.name, log=log)
+
+
+def feature_report(b: Built, train_seconds: float | None) -> dict:
+    """For results.json: the layers and pooling the head read (learned scalar-mix weights too),
+    the frozen cache, and encoder time against head-training time."""
+    log(b.model.mixer.describe_mix())
+    return {**b.model.mixer.report(), "pooling": getattr(b.model.head, "pooling", None),
+            "cache": b.cache_report or {"status": "off"}, "encode_s": b.cache_report.get("encode_s"),
+            "head_train_s": train_seconds}
 
 
 def checkpoint_model_dir(path: str) -> str:
@@ -170,30 +237,39 @@ def trainer_class():
 
 
 def make_trainer(cfg: DictConfig, b: Built, run_dir: str):
+    from tasks.collate import in_order, length_order, restore_order
+
     Trainer = trainer_class()
     task = b.task
     val = b.features.get("validation")
     train = b.features.get("train")
+    do_eval = val is not None and train is not None and cfg.train.eval_strategy != "no"
+    val_order = length_order(val) if do_eval else None  # sorted batches, as in predict()
 
     def compute_metrics(p) -> dict:
-        return task.score(task.decode(p.predictions, val, b.splits["validation"].examples),
+        predictions = restore_order(p.predictions, val_order)
+        return task.score(task.decode(predictions, val, b.splits["validation"].examples),
                           b.splits["validation"].examples)
 
-    do_eval = val is not None and train is not None and cfg.train.eval_strategy != "no"
     return Trainer(
         model=b.model,
         args=training_arguments(cfg, run_dir, task, do_eval),
-        train_dataset=train.select_columns(task.model_columns(train)) if train is not None else None,
-        eval_dataset=val.select_columns(task.model_columns(val)) if do_eval else None,
+        train_dataset=b.inputs.get("train"),
+        eval_dataset=in_order(b.inputs["validation"], val_order) if do_eval else None,
         data_collator=make_collator(b.tokenizer, cfg),
         compute_metrics=compute_metrics if do_eval else None,
     )
 
 
 def predict(trainer, b: Built, split: str) -> tuple[list, dict]:
+    """Predict in batches sorted by length (little padding), then restore the input order:
+    decoders read features row by row (QA windows per example), so they see the original order."""
+    from tasks.collate import in_order, length_order, restore_order
+
     features = b.features[split]
-    out = trainer.predict(features.select_columns(b.task.model_columns(features)))
-    outputs = b.task.decode(out.predictions, features, b.splits[split].examples)
+    order = length_order(features)  # b.inputs[split] holds the same rows
+    out = trainer.predict(in_order(b.inputs[split], order))
+    outputs = b.task.decode(restore_order(out.predictions, order), features, b.splits[split].examples)
     speed = {"eval_samples_per_second": out.metrics.get("test_samples_per_second")}
     return outputs, speed
 
@@ -211,6 +287,7 @@ def action_train(cfg: DictConfig, run_dir: str) -> dict:
     res["train_loss"] = train_out.metrics.get("train_loss")
     if not math.isfinite(res["train_loss"] if res["train_loss"] is not None else 0.0):
         raise KotuneError(f"training diverged: loss is {res['train_loss']}")
+    res.update(feature_report(b, train_out.metrics.get("train_runtime")))
     log("evaluating")
     outputs, speed = predict(trainer, b, "validation")
     res.update(speed, metrics=b.task.score(outputs, b.splits["validation"].examples))
@@ -220,6 +297,7 @@ def action_train(cfg: DictConfig, run_dir: str) -> dict:
         if cfg.save_predictions:
             write_jsonl_atomic(os.path.join(run_dir, "predictions.jsonl"),
                                b.task.prediction_records(outputs, b.splits["validation"].examples))
+            b.task.write_outputs(run_dir, outputs, b.splits["validation"].examples)
     return res
 
 
@@ -232,6 +310,7 @@ def action_eval(cfg: DictConfig, run_dir: str) -> dict:
     if cfg.save_predictions:
         write_jsonl_atomic(os.path.join(run_dir, "predictions.jsonl"),
                            b.task.prediction_records(outputs, b.splits["validation"].examples))
+        b.task.write_outputs(run_dir, outputs, b.splits["validation"].examples)
     return {"n_eval": len(outputs), **b.model.param_counts(), **speed, "checkpoint": cfg.checkpoint,
             "metrics": b.task.score(outputs, b.splits["validation"].examples),
             "data": {s: d.source for s, d in b.splits.items()}}
@@ -245,6 +324,7 @@ def action_predict(cfg: DictConfig, run_dir: str) -> dict:
     outputs, speed = predict(trainer, b, "predict")
     path = os.path.join(run_dir, "predictions.jsonl")
     write_jsonl_atomic(path, b.task.prediction_records(outputs, b.splits["predict"].examples))
+    b.task.write_outputs(run_dir, outputs, b.splits["predict"].examples)
     log(f"wrote {len(outputs)} predictions to {path}")
     return {"n_predict": len(outputs), **speed, "checkpoint": cfg.checkpoint, "metrics": {},
             "predictions_file": path, "data": {s: d.source for s, d in b.splits.items()}}
@@ -264,7 +344,7 @@ def action_ceiling(cfg: DictConfig, run_dir: str) -> dict:
     tokenizer = load_tokenizer(cfg.model, texts=task.training_texts(examples), cache_dir=cfg.cache_dir)
     warn_unknown_hangul(tokenizer, task.training_texts(examples))
     config = build_config(cfg.model, len(tokenizer))
-    settings = EncodeSettings(max_length=resolve_max_length(int(cfg.train.max_length), config),
+    settings = EncodeSettings(max_length=resolve_max_length(requested_max_length(cfg), config),
                               token_type_ids=uses_token_type_ids(config))
     features = encode_cached(task, examples, tokenizer, settings, cfg.cache_dir, log=log)
     metrics, report = task.ceiling(features, examples)
@@ -275,8 +355,65 @@ def action_ceiling(cfg: DictConfig, run_dir: str) -> dict:
             "data": {s: d.source for s, d in splits.items()}}
 
 
+def action_embed(cfg: DictConfig, run_dir: str) -> dict:
+    """Contextual embeddings of ``embed.input`` with ``mode.layers`` and ``mode.pooling``, from a
+    checkpoint (its trained scalar mix when the layer choice matches) or the configured encoder;
+    ``embed.target`` adds that word's vectors in context, layer by layer (tasks/embed.py)."""
+    from heads.encoder import load_encoder, load_tokenizer, uses_token_type_ids
+    from heads.feature_cache import pooled_vectors, token_vectors_by_layer
+    from heads.layers import LayerMixer, check_pooling, parse_layers
+    from tasks import embed
+
+    if not cfg.embed.get("input"):
+        raise ConfigError("action=embed needs embed.input=FILE (one text per line, or CSV/JSONL with embed.column)")
+    rows = embed.read_texts(str(cfg.embed.input), str(cfg.embed.column), cfg.embed.get("format"), log=log)
+    texts = [text for _, text in rows]
+    pooling, head_pooling = check_pooling(cfg.mode.get("pooling")), None
+    if cfg.get("checkpoint"):
+        from transformers import AutoTokenizer
+
+        from heads.model import KotuneModel
+
+        source = checkpoint_model_dir(cfg.checkpoint)
+        model = KotuneModel.load(source)
+        tokenizer, encoder = AutoTokenizer.from_pretrained(source), model.encoder
+        max_length, head_pooling = int(model.meta.get("max_length", cfg.train.max_length)), model.head_kwargs.get("pooling")
+    else:
+        source = cfg.model.name_or_path or cfg.model.name
+        tokenizer = load_tokenizer(cfg.model, texts=texts, cache_dir=cfg.cache_dir)
+        encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed))
+        max_length = resolve_max_length(int(cfg.train.max_length), encoder.config)
+    spec = parse_layers(cfg.mode.get("layers", "last"), int(encoder.config.num_hidden_layers))
+    mixer = model.mixer if cfg.get("checkpoint") and model.mixer.spec == spec else LayerMixer(spec)
+    pooling = pooling or head_pooling or "cls"
+    features, offsets, truncated = embed.encode_texts(texts, tokenizer, max_length, uses_token_type_ids(encoder.config))
+    if any(truncated):
+        log(f"embed: {sum(truncated)} text(s) cut at {max_length} tokens (train.max_length)")
+    log(f"embedding {len(texts)} texts: {mixer.describe_mix()}, {pooling} pooling")
+    started = time.time()
+    vectors = pooled_vectors(encoder, mixer, features, pooling, batch_size=int(cfg.train.eval_batch_size), log=log)
+    lengths = [len(ids) for ids in features["input_ids"]]
+    res = {"n_texts": len(texts), "dim": int(vectors.shape[1]), "encoder": str(source), **mixer.report(),
+           "pooling": pooling, "max_length": max_length, "n_truncated": sum(truncated),
+           "embed_s": round(time.time() - started, 3), "metrics": {},
+           **embed.write_embeddings(run_dir, vectors, rows, str(cfg.embed.input), lengths, truncated)}
+    log(f"wrote {vectors.shape[0]} × {vectors.shape[1]} embeddings to {res['embeddings_file']}")
+    if cfg.embed.get("target"):
+        target = str(cfg.embed.target)
+        found = embed.find_target(target, texts, offsets, log=log)
+        per_layer = token_vectors_by_layer(encoder, features, [(o.row, o.tokens) for o in found],
+                                           batch_size=int(cfg.train.eval_batch_size), log=log)
+        table = embed.cosine_by_layer(per_layer)
+        for line in embed.cosine_lines(target, table):
+            log(line)
+        tokens = {o.row: tokenizer.convert_ids_to_tokens(features[o.row]["input_ids"]) for o in found}
+        res["target"] = embed.write_target(run_dir, target, per_layer, found, texts, tokens, table)
+    return res
+
+
 ACTIONS: dict[str, Callable[[DictConfig, str], dict]] = {
     "train": action_train, "eval": action_eval, "predict": action_predict, "ceiling": action_ceiling,
+    "embed": action_embed,
 }
 
 
@@ -348,6 +485,35 @@ def summary(results: dict) -> str:
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
 
+def finished_results(path: str, cfg: DictConfig) -> dict | None:
+    """An earlier ok results.json of this very config (resume of a multirun), else None: failed,
+    partial or corrupt files and other configs mean the job runs (again)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            done = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if isinstance(done, dict) and done.get("status") == "ok" and done.get("config_hash") == config_hash(cfg):
+        return done
+    return None
+
+
+def release_memory() -> None:
+    """Between the jobs of a multirun: a failed job's (e.g. out-of-memory) model and optimizer
+    sit in reference cycles; free them before the next job allocates its own."""
+    gc.collect()
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_available():
+        sys.modules["torch"].cuda.empty_cache()
+
+
+def sweep_id(argv: list[str]) -> str:
+    """Default multirun directory name: a hash of the command's overrides (not hydra.* options or
+    flags), so the same command run again finds its earlier jobs and resumes (conf/config.yaml)."""
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")
+                 and not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    return "sweep-" + fingerprint(overrides)[:10]
+
+
 def worst_score(cfg: DictConfig) -> float:
     return -1e9 if cfg.task.get("greater_is_better", True) else 1e9
 
@@ -359,8 +525,14 @@ def main(cfg: DictConfig) -> float:
 
     hc = HydraConfig.get()
     quiet_libraries()
-    results = execute(cfg, hc.runtime.output_dir)
     path = os.path.join(hc.runtime.output_dir, "results.json")
+    results = finished_results(path, cfg) if hc.mode == RunMode.MULTIRUN else None
+    if results is not None:
+        log(f"resume: {path} is complete for this config (hash {results['config_hash']}): skipped")
+    else:
+        results = execute(cfg, hc.runtime.output_dir)
+        if hc.mode == RunMode.MULTIRUN:
+            release_memory()
     if results["status"] == "ok":
         print(f"\n{summary(results)}\n  results: {path}", flush=True)
         score = results.get("main_score")
@@ -399,6 +571,17 @@ def check_choices(argv: list[str]) -> None:
                 sys.exit(2)
 
 
+OPEN_DICTS = ("model.config_overrides.", "model.tokenizer_kwargs.")
+
+
+def open_dict_overrides(argv: list[str]) -> list[str]:
+    """``model.config_overrides.X=V`` works without Hydra's ``+``/``++``: these dicts are open by
+    design (any field of the architecture's config), so the override is made add-or-replace."""
+    return [f"++{a}" if a.startswith(OPEN_DICTS) else a for a in argv]
+
+
 if __name__ == "__main__":
     check_choices(sys.argv[1:])
+    os.environ.setdefault("KOTUNE_SWEEP_ID", sweep_id(sys.argv[1:]))
+    sys.argv[1:] = open_dict_overrides(sys.argv[1:])
     main()

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 from typing import Iterable
-from urllib.parse import urlparse
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from tasks.errors import ConfigError, KotuneError
+from tasks.io import hub_reachable
 
 HANGUL = range(0xAC00, 0xD7A4)
 NO_TOKEN_TYPES = {"roberta", "xlm-roberta", "camembert", "deberta-v2"}
@@ -32,17 +31,6 @@ def _plain(node) -> dict:
 
 def _is_local(path: str) -> bool:
     return os.path.isdir(os.path.expanduser(path))
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        return False
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
 
 
 def _from_hub_or_cache(loader, name: str, **kwargs):

@@ -123,11 +123,32 @@ def field(path: str, where: str, row: dict, dotted: str, *, required: bool = Tru
     return value
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """A 3-second TCP probe of the hub, so offline machines fail in seconds, not after retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def load_hub_split(path: str, name: str | None, split: str, revision: str | None = None):
     """A split of a hub dataset (parquet). Returns (datasets.Dataset, revision-or-fingerprint)."""
-    try:
-        import datasets
+    import datasets
 
+    explicit_offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    if not explicit_offline and not hub_reachable():
+        raise KotuneError(
+            f"cannot load hub dataset '{path}' ({name}, split {split}): the Hugging Face hub is "
+            "unreachable. Point at local files with data.train_file=... data.validation_file=..., "
+            "use data=sample, or set HF_HUB_OFFLINE=1 to read a dataset already in the HF cache")
+    try:
         ds = datasets.load_dataset(path, name, split=split, revision=revision)
     except Exception as e:  # noqa: BLE001 - the hub raises many types; the user needs one line
         raise KotuneError(

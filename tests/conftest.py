@@ -1,0 +1,62 @@
+"""Shared test helpers: compose configs, run jobs in-process or through the CLI, find ../shared."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+sys.path.insert(0, str(ROOT))
+
+
+def shared_path(rel: str) -> Path:
+    """A file under ../shared, or skip the test with the reason."""
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"../shared absent ({path} not found): real-data test skipped")
+    return path
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from run import open_dict_overrides
+
+    overrides = open_dict_overrides(overrides)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> str:
+    """One tokenizer/feature cache for the session (trained tiny tokenizers are reused)."""
+    return str(tmp_path_factory.mktemp("kotune_cache"))
+
+
+@pytest.fixture
+def run_job(tmp_path, cache_dir):
+    """Run one job in-process: returns the results dict (also written to run_dir/results.json)."""
+    import run
+
+    def _run(overrides: list[str], name: str = "job") -> dict:
+        cfg = compose(overrides + [f"cache_dir={cache_dir}"])
+        run.quiet_libraries()
+        results = run.execute(cfg, str(tmp_path / name))
+        assert json.loads((tmp_path / name / "results.json").read_text())["status"] == results["status"]
+        return results
+
+    return _run
+
+
+def run_cli(args: list[str], timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python run.py ARGS`` as a user types it."""
+    full_env = dict(os.environ, KOTUNE_PROGRESS="0", **(env or {}))
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=full_env)

@@ -1,0 +1,174 @@
+"""The foundation: config composition, tiny end-to-end runs, reload, and the results contract."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, compose, run_cli, shared_path
+
+TASKS = sorted(p.stem for p in (ROOT / "conf" / "task").glob("*.yaml"))
+MODELS = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
+MODES = sorted(p.stem for p in (ROOT / "conf" / "mode").glob("*.yaml"))
+RESULT_KEYS = {"task", "model", "mode", "action", "seed", "status", "metrics", "n_train", "n_eval",
+               "trainable_params", "total_params", "train_samples_per_second",
+               "eval_samples_per_second", "runtime_s", "config", "versions", "data", "main_metric"}
+SAMPLE_TASKS = {"ynat": {"accuracy", "macro_f1"}, "nli": {"accuracy", "macro_f1"}, "sts": {"pearson", "f1"}}
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_task_model_mode_composes(task):
+    from tasks import build_task
+
+    for model in MODELS:
+        for mode in MODES:
+            cfg = compose([f"task={task}", f"model={model}", f"mode={mode}"])
+            assert (cfg.task.name, cfg.model.name, cfg.mode.name) == (task, model, mode)
+            from omegaconf import OmegaConf
+
+            OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    built = build_task(compose([f"task={task}"]).task)
+    assert built.main_metric
+
+
+def test_korean_presets_keep_case():
+    for model in ("klue", "klue-roberta", "kcbert", "koelectra"):
+        cfg = compose([f"model={model}"])
+        assert cfg.model.tokenizer_kwargs.do_lower_case is False, model
+
+
+@pytest.mark.parametrize("task", sorted(SAMPLE_TASKS))
+def test_tiny_end_to_end_on_samples(task, run_job, tmp_path):
+    res = run_job([f"task={task}", "model=tiny", "data=sample", "train.max_steps=6", "train.batch_size=8"])
+    assert res["status"] == "ok", res.get("error")
+    assert RESULT_KEYS <= res.keys()
+    assert set(res["metrics"]) == SAMPLE_TASKS[task]
+    assert res["main_score"] == res["metrics"][res["main_metric"]]
+    assert res["data"]["train"]["sha256"] and res["n_train"] > 50 and res["n_eval"] >= 14
+    preds = [json.loads(line) for line in (tmp_path / "job" / "predictions.jsonl").read_text().splitlines()]
+    assert len(preds) == res["n_eval"] and {"id", "prediction", "gold"} <= preds[0].keys()
+    saved = json.loads((tmp_path / "job" / "model" / "kotune.json").read_text())
+    if task != "sts":
+        assert saved["meta"]["labels"] == list(compose([f"task={task}"]).task.labels)
+
+
+def test_eval_reloads_a_saved_run_and_reproduces_its_metrics(run_job, tmp_path):
+    trained = run_job(["task=nli", "model=tiny", "data=sample", "train.max_steps=8"], "train")
+    again = run_job(["task=nli", "model=tiny", "data=sample", "action=eval",
+                     f"checkpoint={tmp_path / 'train'}"], "eval")
+    assert again["status"] == "ok", again.get("error")
+    assert again["metrics"] == pytest.approx(trained["metrics"])
+    assert again["trainable_params"] == trained["trainable_params"]
+
+
+def test_predict_writes_predictions_in_input_order(run_job, tmp_path):
+    run_job(["task=ynat", "model=tiny", "data=sample", "train.max_steps=4"], "train")
+    rows = [{"guid": f"p{i}", "title": t} for i, t in enumerate(
+        ["삼성전자, 차세대 반도체 공장 착공", "프로야구 개막전 매진", "정부, 내년 예산안 발표"])]
+    path = tmp_path / "predict.json"
+    path.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    res = run_job(["task=ynat", "model=tiny", "action=predict", f"checkpoint={tmp_path / 'train'}",
+                   f"data.predict_file={path}"], "predict")
+    assert res["status"] == "ok", res.get("error")
+    preds = [json.loads(x) for x in (tmp_path / "predict" / "predictions.jsonl").read_text().splitlines()]
+    assert [p["id"] for p in preds] == ["p0", "p1", "p2"]
+    labels = set(compose(["task=ynat"]).task.labels)
+    assert all(p["prediction"] in labels for p in preds)
+
+
+def test_frozen_mode_trains_only_the_head(run_job):
+    res = run_job(["task=nli", "model=tiny", "mode=frozen", "data=sample", "train.max_steps=3"])
+    assert res["status"] == "ok", res.get("error")
+    assert res["trainable_params"] == res["head_params"] < res["total_params"]
+
+
+def test_cli_contract_on_klue_nli_dev(tmp_path, cache_dir):
+    """The command other tools rely on (issue 2's contract), run as a user would."""
+    data = shared_path("data/klue/klue-nli-v1.1_dev.json")
+    out = tmp_path / "OUT"
+    proc = run_cli(["task=nli", "model=tiny", f"data.train_file={data}", "data.validation_split=0.2",
+                    "train.max_steps=40", f"hydra.run.dir={out}", f"cache_dir={cache_dir}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((out / "results.json").read_text())
+    assert res["status"] == "ok" and res["n_train"] == 2400 and res["n_eval"] == 600
+    assert 0 <= res["metrics"]["accuracy"] <= 100
+    assert "accuracy *" in proc.stdout  # the summary table marks the main metric
+
+
+@pytest.mark.slow
+def test_sts_on_klue_dev(run_job):
+    data = shared_path("data/klue/klue-sts-v1.1_dev.json")
+    res = run_job(["task=sts", "model=tiny", f"data.train_file={data}", "data.validation_split=0.2",
+                   "train.max_steps=30"])
+    assert res["status"] == "ok", res.get("error")
+    assert res["n_eval"] == round(519 * 0.2) and -100 <= res["metrics"]["pearson"] <= 100
+
+
+@pytest.mark.slow
+def test_hate_speech_beats_majority_class(run_job):
+    """On real data it learns: tiny encoder on Korean hate speech (train → dev, column `hate`)."""
+    import collections
+    import csv
+
+    train = shared_path("data/hate-speech/train.tsv")
+    dev = shared_path("data/hate-speech/dev.tsv")
+    with open(dev, encoding="utf-8") as f:
+        golds = [row["hate"] for row in csv.DictReader(f, delimiter="\t")]
+    majority = 100 * collections.Counter(golds).most_common(1)[0][1] / len(golds)
+    res = run_job(["task=text_cls", "model=tiny", f"data.train_file={train}", f"data.validation_file={dev}",
+                   "data.text_column=comments", "data.label_column=hate", "train.epochs=5",
+                   "train.learning_rate=5e-4"])
+    assert res["status"] == "ok", res.get("error")
+    print(f"hate speech dev accuracy {res['metrics']['accuracy']:.2f} vs majority {majority:.2f}")
+    assert res["metrics"]["accuracy"] >= majority + 8
+
+
+def test_real_vocab_random_encoder_and_position_limit(run_job):
+    """kcbert's real vocabulary, a 2-layer random encoder, max_length clamped to its 300 positions."""
+    vocab = shared_path("vocab/kcbert-base")
+    res = run_job(["task=nli", "model=kcbert", "model.init=random", f"model.name_or_path={vocab}",
+                   "model.config_overrides.num_hidden_layers=2", "model.config_overrides.hidden_size=64",
+                   "model.config_overrides.num_attention_heads=2", "model.config_overrides.intermediate_size=128",
+                   "data=sample", "train.max_steps=2", "train.max_length=512"])
+    assert res["status"] == "ok", res.get("error")
+    assert res["max_length"] == 300
+
+
+def test_hub_rows_are_mapped_by_label_name_not_position():
+    """Hub rows carry class ids in the hub's order; kotune keeps names, whatever the order."""
+    import datasets
+
+    from tasks import build_task
+
+    hub_names = ["entailment", "neutral", "contradiction"]
+    rows = datasets.Dataset.from_dict(
+        {"guid": ["a", "b"], "premise": ["비가 온다.", "해가 떴다."], "hypothesis": ["젖었다.", "밤이다."],
+         "label": [0, 2]},
+        features=datasets.Features({"guid": datasets.Value("string"), "premise": datasets.Value("string"),
+                                    "hypothesis": datasets.Value("string"),
+                                    "label": datasets.ClassLabel(names=hub_names)}))
+    cfg = compose(["task=nli"]).task
+    from omegaconf import OmegaConf
+
+    reordered = OmegaConf.merge(cfg, {"labels": ["entailment", "contradiction", "neutral"]})  # KLUE-baseline's
+    for task_cfg in (cfg, reordered):
+        examples = build_task(task_cfg).read_hub(rows, "klue/klue/nli:validation")
+        assert [(e["id"], e["label"]) for e in examples] == [("a", "entailment"), ("b", "contradiction")]
+
+
+def test_holdout_is_seeded_and_disjoint():
+    from omegaconf import OmegaConf
+
+    from tasks import build_task
+    from tasks.base import load_splits, sample_file
+
+    task = build_task(compose(["task=nli"]).task)
+    data = OmegaConf.create({"train_file": sample_file(task.cfg, "train"), "validation_split": 0.25})
+    a = load_splits(task, data, ("train", "validation"), seed=1)
+    b = load_splits(task, data, ("train", "validation"), seed=1)
+    c = load_splits(task, data, ("train", "validation"), seed=2)
+    ids = lambda s: [e["id"] for e in s.examples]  # noqa: E731
+    assert ids(a["validation"]) == ids(b["validation"]) != ids(c["validation"])
+    assert not set(ids(a["train"])) & set(ids(a["validation"]))
+    assert len(a["train"].examples) + len(a["validation"].examples) == len(task.read_file(data.train_file))
