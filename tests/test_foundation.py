@@ -172,3 +172,35 @@ def test_holdout_is_seeded_and_disjoint():
     assert ids(a["validation"]) == ids(b["validation"]) != ids(c["validation"])
     assert not set(ids(a["train"])) & set(ids(a["validation"]))
     assert len(a["train"].examples) + len(a["validation"].examples) == len(task.read_file(data.train_file))
+
+
+@pytest.mark.parametrize("task,extra", [
+    ("text_cls", []),
+    ("text_pair", ["data.text_column=question1", "data.text_pair_column=question2"]),
+])
+def test_custom_file_tasks_on_samples(task, extra, run_job):
+    res = run_job([f"task={task}", "model=tiny", "data=sample", "train.max_steps=4", *extra])
+    assert res["status"] == "ok", res.get("error")
+    labels = res["config"]["task"]["labels"]
+    assert labels is None  # learned from the training file, then saved with the model
+    saved = json.loads((Path(res["run_dir"]) / "model" / "kotune.json").read_text())
+    assert saved["meta"]["labels"] == sorted(saved["meta"]["labels"]) and len(saved["meta"]["labels"]) >= 2
+
+
+def test_token_type_ids_only_for_models_that_use_them():
+    from transformers import BertConfig, ElectraConfig, RobertaConfig
+
+    from heads.encoder import position_limit, train_wordpiece, uses_token_type_ids
+    from tasks import build_task
+    from tasks.base import EncodeSettings
+
+    assert uses_token_type_ids(BertConfig()) and uses_token_type_ids(ElectraConfig())
+    assert not uses_token_type_ids(RobertaConfig(type_vocab_size=1))
+    assert position_limit(RobertaConfig(max_position_embeddings=514)) == 512
+    task = build_task(compose(["task=nli"]).task)
+    ex = [{"id": "a", "text": "비가 온다.", "text_pair": "우산을 썼다.", "label": "neutral"}]
+    tok = train_wordpiece([ex[0]["text"], ex[0]["text_pair"]], 100, None)
+    with_types = task.encode(ex, tok, EncodeSettings(max_length=16, token_type_ids=True))
+    without = task.encode(ex, tok, EncodeSettings(max_length=16, token_type_ids=False))
+    assert "token_type_ids" in with_types.column_names and "token_type_ids" not in without.column_names
+    assert with_types[0]["token_type_ids"][-1] == 1 and with_types[0]["labels"] == 1
