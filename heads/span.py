@@ -1,0 +1,99 @@
+"""Span heads for extractive QA: where does the answer start and end?
+
+``span``: a start and an end logit per token (BERT's QA head). Answer edges are token edges.
+
+``span_char``: answer edges are *characters*. A WordPiece vocabulary glues particles to nouns
+(``임수`` ``##경은``): no token span spells ``임수경``. Each candidate edge character scores
+
+    token logit of its token  +  offset logit of (its token's state, its position in the token)
+
+where the start offset counts from the token's first character and the end offset from the
+token's last one (a particle cut off the end is "1 from the end" whatever the token's length).
+The offset logits are a K-way classifier on the token state (K = ``max_token_chars``), gathered
+at each character's position; characters further than K-1 inside one token share the last class.
+The task sends, for each character slot of a window, its token (``char_token_index``) and its rank
+inside that token (``char_in_token``), never the characters themselves; slot 0 is [CLS] (the null
+answer), padding is -100.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+IGNORE = -100
+MASKED = -1.0e4  # a logit no real position reaches; finite, so fp16/bf16 stay finite
+
+
+def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positions: torch.Tensor,
+              end_positions: torch.Tensor) -> torch.Tensor:
+    """Mean of start and end cross-entropy over windows with a target; windows whose gold answer
+    was rejected on load carry -100 and teach nothing (a batch of only those gives 0, not NaN)."""
+    total = start_logits.new_zeros((), dtype=torch.float)
+    for logits, target in ((start_logits, start_positions), (end_logits, end_positions)):
+        target = target.long()
+        counted = (target != IGNORE).sum()
+        summed = F.cross_entropy(logits.float(), target, ignore_index=IGNORE, reduction="sum")
+        total = total + summed / counted.clamp(min=1)
+    return total / 2
+
+
+class SpanHead(nn.Module):
+    """Token states → (start logits, end logits) over the window's tokens."""
+
+    label_fields = ("start_positions", "end_positions")
+
+    def __init__(self, hidden_size: int, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_size, 2)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.out(self.dropout(hidden_states)).masked_fill(attention_mask.unsqueeze(-1) == 0, MASKED)
+        start, end = logits.unbind(-1)
+        return start.contiguous(), end.contiguous()
+
+    def loss(self, logits, start_positions: torch.Tensor, end_positions: torch.Tensor) -> torch.Tensor:
+        return span_loss(logits[0], logits[1], start_positions, end_positions)
+
+
+class CharSpanHead(nn.Module):
+    """Token states + each character's place in its token → (start, end) logits over the
+    window's character slots (slot 0 = [CLS])."""
+
+    label_fields = ("start_positions", "end_positions")
+
+    def __init__(self, hidden_size: int, max_token_chars: int = 32, dropout: float = 0.1):
+        super().__init__()
+        self.max_token_chars = int(max_token_chars)
+        self.dropout = nn.Dropout(dropout)
+        self.token = nn.Linear(hidden_size, 2)
+        self.offset = nn.Linear(hidden_size, 2 * self.max_token_chars)
+        # starts as plain token decoding: every character of a token gets its token's score
+        nn.init.zeros_(self.offset.weight)
+        nn.init.zeros_(self.offset.bias)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, char_token_index: torch.Tensor,
+                char_in_token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, _ = hidden_states.shape
+        k = self.max_token_chars
+        h = self.dropout(hidden_states)
+        token_logits = self.token(h)  # b, t, 2
+        offset_logits = self.offset(h).view(b, t, 2, k)
+        valid = char_token_index >= 0
+        index = char_token_index.long().clamp(min=0)
+        rank = char_in_token.long().clamp(min=0)
+        # characters per token, counted from the slots themselves (the task's definition of rank)
+        chars_in_token = torch.zeros(b, t, dtype=torch.long, device=index.device)
+        chars_in_token.scatter_add_(1, index, valid.long())
+        from_end = chars_in_token.gather(1, index) - 1 - rank
+        start_class = rank.clamp(max=k - 1)
+        end_class = from_end.clamp(min=0, max=k - 1)
+        per_slot_token = token_logits.gather(1, index.unsqueeze(-1).expand(-1, -1, 2))  # b, c, 2
+        per_slot_offsets = offset_logits.gather(1, index[..., None, None].expand(-1, -1, 2, k))  # b, c, 2, k
+        start = per_slot_token[..., 0] + per_slot_offsets[:, :, 0].gather(-1, start_class.unsqueeze(-1)).squeeze(-1)
+        end = per_slot_token[..., 1] + per_slot_offsets[:, :, 1].gather(-1, end_class.unsqueeze(-1)).squeeze(-1)
+        return start.masked_fill(~valid, MASKED), end.masked_fill(~valid, MASKED)
+
+    def loss(self, logits, start_positions: torch.Tensor, end_positions: torch.Tensor) -> torch.Tensor:
+        return span_loss(logits[0], logits[1], start_positions, end_positions)
