@@ -1,31 +1,53 @@
 """Encoder + head as one ``nn.Module`` for ``transformers.Trainer``, and its save/load format.
 
-A saved model directory holds ``kotune.json`` (head kind, head arguments, label names, mode),
-``encoder/`` (``save_pretrained`` of the encoder: config + weights), ``head.safetensors`` and the
-tokenizer files, so ``action=eval`` reloads it with no hub access.
+A saved model directory holds ``kotune.json`` (head kind, head arguments, label names, mode,
+layer choice and the learned scalar-mix weights for reading), ``encoder/`` (``save_pretrained`` of
+the encoder: config + weights), ``head.safetensors``, ``layers.safetensors`` (scalar mix only) and
+the tokenizer files, so ``action=eval`` reloads it with no hub access.
+
+The forward is split in two for the frozen feature cache: ``layer_states`` (the encoder's fixed
+output for ``mode.layers``) and ``mixer`` + head (what trains); ``forward(layer_states=...)``
+skips the encoder.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from heads import HEADS
+from heads.layers import LayerMixer, check_pooling, parse_layers
 from tasks.errors import ConfigError, KotuneError
 
 
 class KotuneModel(nn.Module):
+    """``layers`` (``mode.layers``) picks the hidden states the head reads (heads/layers.py);
+    ``pooling`` (``mode.pooling``) is passed to heads that pool (their ``pooling`` argument)."""
+
+    # Heads return a *mean* loss. Without this, Trainer sees forward(**inputs), assumes the loss is
+    # a sum over num_items_in_batch and skips dividing by grad_accum and multiplies by the number
+    # of DDP processes: gradients (the effective learning rate) would scale with both.
+    accepts_loss_kwargs = False
+
     def __init__(self, encoder: nn.Module, head_kind: str, head_kwargs: dict, *, frozen: bool = False,
-                 meta: dict | None = None):
+                 meta: dict | None = None, layers: Any = "last", pooling: str | None = None):
         super().__init__()
         if head_kind not in HEADS:
             raise ConfigError(f"unknown head '{head_kind}' (choices: {', '.join(sorted(HEADS))})")
         self.encoder = encoder
         self.head_kind, self.head_kwargs = head_kind, dict(head_kwargs)
-        self.head = HEADS[head_kind](encoder.config.hidden_size, **head_kwargs)
+        if check_pooling(pooling) is not None:
+            if "pooling" not in inspect.signature(HEADS[head_kind]).parameters:
+                raise ConfigError(f"mode.pooling={pooling} does not fit the {head_kind} head: it reads "
+                                  "every token and pools nothing (leave mode.pooling unset)")
+            self.head_kwargs["pooling"] = pooling
+        self.mixer = LayerMixer(parse_layers(layers, int(encoder.config.num_hidden_layers)))
+        self.head = HEADS[head_kind](encoder.config.hidden_size, **self.head_kwargs)
         self.frozen = frozen
         self.meta = dict(meta or {})
         self.config = encoder.config  # Trainer and accelerate look for .config
@@ -39,17 +61,25 @@ class KotuneModel(nn.Module):
             self.encoder.eval()
         return self
 
-    def encode(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
-            kwargs["token_type_ids"] = token_type_ids
+    def layer_states(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        """The encoder's fixed output for ``mode.layers``: [B, T, K, H] (what the frozen cache
+        stores; K = 1 unless the scalar mix needs every layer)."""
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
-            return self.encoder(**kwargs).last_hidden_state
+            return self.mixer.states(self.encoder, input_ids, attention_mask, token_type_ids)
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None, **inputs):
+    def encode(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        """The hidden states the head reads: [B, T, H]."""
+        return self.mixer(self.layer_states(input_ids, attention_mask, token_type_ids))
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, layer_states=None, **inputs):
+        """``layer_states`` (from the frozen feature cache) replaces running the encoder."""
         inputs.pop("num_items_in_batch", None)  # Trainer sends it to forwards that take **kwargs
         labels = {k: inputs.pop(k) for k in self.head.label_fields if k in inputs}
-        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        if layer_states is None:
+            layer_states = self.layer_states(input_ids, attention_mask, token_type_ids)
+        else:  # stored in fp16: compute in the head's precision
+            layer_states = layer_states.to(next(self.head.parameters()).dtype)
+        hidden = self.mixer(layer_states)
         logits = self.head(hidden, attention_mask, **inputs)
         out = {"logits": logits}
         if labels and all(v is not None for v in labels.values()):
@@ -59,7 +89,8 @@ class KotuneModel(nn.Module):
     def param_counts(self) -> dict[str, int]:
         return {"trainable_params": sum(p.numel() for p in self.parameters() if p.requires_grad),
                 "total_params": sum(p.numel() for p in self.parameters()),
-                "head_params": sum(p.numel() for p in self.head.parameters())}
+                "head_params": sum(p.numel() for p in self.head.parameters()),
+                "mix_params": sum(p.numel() for p in self.mixer.parameters())}
 
     # ---- persistence ---------------------------------------------------------------------
     def save(self, directory: str, tokenizer=None) -> None:
@@ -67,8 +98,11 @@ class KotuneModel(nn.Module):
         self.encoder.save_pretrained(os.path.join(directory, "encoder"))
         save_file({k: v.contiguous() for k, v in self.head.state_dict().items()},
                   os.path.join(directory, "head.safetensors"))
+        if self.mixer.scalar_mix is not None:
+            save_file({k: v.contiguous() for k, v in self.mixer.state_dict().items()},
+                      os.path.join(directory, "layers.safetensors"))
         spec = {"head": self.head_kind, "head_kwargs": self.head_kwargs, "frozen": self.frozen,
-                "meta": self.meta, "format": 1}
+                "meta": self.meta, "format": 1, **self.mixer.report()}
         with open(os.path.join(directory, "kotune.json"), "w", encoding="utf-8") as f:
             json.dump(spec, f, ensure_ascii=False, indent=2)
         if tokenizer is not None:
@@ -88,6 +122,9 @@ class KotuneModel(nn.Module):
             spec = json.load(f)
         encoder_dir = os.path.join(directory, "encoder")
         encoder = AutoModel.from_pretrained(encoder_dir, **no_pooler(AutoConfig.from_pretrained(encoder_dir)))
-        model = cls(encoder, spec["head"], spec["head_kwargs"], frozen=spec["frozen"], meta=spec["meta"])
+        model = cls(encoder, spec["head"], spec["head_kwargs"], frozen=spec["frozen"], meta=spec["meta"],
+                    layers=spec.get("layers", "last"))
         model.head.load_state_dict(load_file(os.path.join(directory, "head.safetensors")))
+        if model.mixer.scalar_mix is not None:
+            model.mixer.load_state_dict(load_file(os.path.join(directory, "layers.safetensors")))
         return model

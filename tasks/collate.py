@@ -1,9 +1,12 @@
 """Dynamic padding: each batch is padded to its own longest row (rounded up to a multiple of 8
-for tensor cores), not to ``max_length``. Label sequences are padded with -100."""
+for tensor cores), not to ``max_length``. Label sequences are padded with -100. Arrays whose first
+axis is the token axis (cached per-token encoder states) keep their dtype; float ones are padded
+with zeros."""
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 IGNORE = -100
@@ -25,7 +28,9 @@ class DynamicPaddingCollator:
         batch = {}
         for key in rows[0]:
             values = [r[key] for r in rows]
-            if isinstance(values[0], (list, tuple)):
+            if isinstance(values[0], (np.ndarray, torch.Tensor)) and values[0].ndim >= 1:
+                batch[key] = self.pad_arrays(key, values)
+            elif isinstance(values[0], (list, tuple)):
                 longest = max(len(v) for v in values)
                 length = -(-longest // self.multiple) * self.multiple
                 pad = self.pad_value(key)
@@ -35,3 +40,56 @@ class DynamicPaddingCollator:
                 dtype = torch.float if isinstance(values[0], float) else torch.long
                 batch[key] = torch.tensor(values, dtype=dtype)
         return batch
+
+    def pad_arrays(self, key: str, values: list) -> torch.Tensor:
+        """[T_i, ...] arrays → one [B, T, ...] tensor, T the padded batch length. Copied in numpy:
+        torch's threaded copies of many small rows are ~100× slower on a busy CPU."""
+        arrays = [v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for v in values]
+        length = -(-max(len(a) for a in arrays) // self.multiple) * self.multiple
+        pad = 0 if np.issubdtype(arrays[0].dtype, np.floating) else self.pad_value(key)
+        out = np.full((len(arrays), length, *arrays[0].shape[1:]), pad, dtype=arrays[0].dtype)
+        for i, a in enumerate(arrays):
+            out[i, : len(a)] = a
+        return torch.from_numpy(out)
+
+
+# ---- sorted evaluation -------------------------------------------------------------------------
+LENGTH_COLUMNS = ("input_ids", "attention_mask")
+
+
+def length_order(features) -> np.ndarray:
+    """Row indices of ``features`` (a ``datasets.Dataset``), longest first (stable): consecutive
+    evaluation batches then hold rows of nearly equal length and dynamic padding pads almost
+    nothing; longest first also meets an out-of-memory at the first batch, not the last. Rows
+    without a token column keep their order."""
+    import pyarrow.compute as pc
+
+    column = next((c for c in LENGTH_COLUMNS if c in features.column_names), None)
+    if column is None or len(features) == 0:
+        return np.arange(len(features))
+    lengths = pc.list_value_length(features.with_format("arrow")[column]).to_numpy(zero_copy_only=False)
+    return np.argsort(-lengths.astype(np.int64), kind="stable")
+
+
+def in_order(dataset, order: np.ndarray):
+    """``dataset``'s rows in ``order``: ``datasets``' own ``select``, a ``Subset`` for other
+    map-style datasets (e.g. cached frozen states)."""
+    if hasattr(dataset, "select"):
+        return dataset.select(order)
+    return torch.utils.data.Subset(dataset, order.tolist())
+
+
+def restore_order(predictions: Any, order: np.ndarray) -> Any:
+    """Trainer predictions made on ``features.select(order)`` back in the rows' original order
+    (an array, or a tuple/list/dict of arrays whose first axis is the row)."""
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+
+    def undo(p: Any) -> Any:
+        if isinstance(p, (tuple, list)):
+            return type(p)(undo(x) for x in p)
+        if isinstance(p, dict):
+            return {k: undo(v) for k, v in p.items()}
+        return np.asarray(p)[inverse]
+
+    return undo(predictions)
