@@ -1,0 +1,174 @@
+"""report.py: leaderboard values against hand-computed ones, bad inputs, plots, paper columns."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+import report
+
+
+def write_run(folder: Path, task: str, model: str, mode: str, seed: int, metrics: dict | None = None,
+              status: str = "ok", **extra) -> Path:
+    """A results.json as run.py writes it (the fields report.py reads)."""
+    main = {"nli": "accuracy", "sts": "pearson"}[task]
+    lr = extra.pop("lr", 5e-5)
+    body = {"task": task, "model": model, "mode": mode, "action": "train", "seed": seed, "status": status,
+            "main_metric": main, "metrics": metrics or {}, "main_score": (metrics or {}).get(main),
+            "config_hash": f"{task}-{model}-{mode}-{seed}-{lr}",
+            "config": {"task": {"name": task}, "model": {"name": model}, "mode": {"name": mode},
+                       "train": {"seed": seed, "learning_rate": lr}},
+            **extra}
+    path = folder / f"{task}_{model}_{mode}_{seed}_{lr}" / "results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body))
+    return path
+
+
+@pytest.fixture
+def matrix(tmp_path) -> Path:
+    """klue/finetune: nli accuracy 80, 82, 84 (mean 82, sample std 2), sts pearson 90 and 86
+    (mean 88, std 2.8284) plus one failed sts run; klue/frozen: nli 70 (n=1)."""
+    d = tmp_path / "runs"
+    for seed, acc in zip((1, 2, 3), (80.0, 82.0, 84.0)):
+        write_run(d, "nli", "klue", "finetune", seed, {"accuracy": acc, "macro_f1": acc - 10})
+    write_run(d, "sts", "klue", "finetune", 1, {"pearson": 90.0, "f1": 70.0})
+    write_run(d, "sts", "klue", "finetune", 2, {"pearson": 86.0, "f1": 72.0})
+    write_run(d, "sts", "klue", "finetune", 3, status="failed", error="CUDA out of memory")
+    write_run(d, "nli", "klue", "frozen", 1, {"accuracy": 70.0, "macro_f1": 60.0})
+    return d
+
+
+def read_csv(path: Path) -> dict[tuple[str, str], dict]:
+    with open(path, encoding="utf-8") as f:
+        return {(row["model"], row["mode"]): row for row in csv.DictReader(f)}
+
+
+def test_table_values_are_mean_std_n_over_seeds(matrix):
+    assert report.main([str(matrix)]) == 0
+    rows = read_csv(matrix / "leaderboard.csv")
+    ft = rows[("klue", "finetune")]
+    assert float(ft["nli.accuracy.mean"]) == pytest.approx(82.0)
+    assert float(ft["nli.accuracy.std"]) == pytest.approx(2.0)
+    assert ft["nli.accuracy.n"] == "3"
+    assert float(ft["nli.macro_f1.mean"]) == pytest.approx(72.0)
+    assert float(ft["sts.pearson.mean"]) == pytest.approx(88.0)
+    assert float(ft["sts.pearson.std"]) == pytest.approx(2.8284, abs=1e-4)  # sqrt(8)
+    assert ft["sts.pearson.n"] == "2" and ft["sts.failed"] == "1" and ft["nli.failed"] == "0"
+    frozen = rows[("klue", "frozen")]
+    assert float(frozen["nli.accuracy.mean"]) == 70.0 and frozen["nli.accuracy.std"] == ""
+    assert frozen["sts.pearson.n"] == "0"
+
+    md = (matrix / "leaderboard.md").read_text()
+    assert "| klue | finetune | 82.00 ± 2.00 (3) | 72.00 ± 2.00 (3) | 88.00 ± 2.83 (2) |" in md
+    assert "| klue | frozen | 70.00 (1) |" in md
+    assert "7 runs under" in md and "6 ok, 1 failed" in md
+    assert "CUDA out of memory" in md.split("## Failed runs")[1]
+
+
+def test_plots_are_written(matrix, tmp_path):
+    out = tmp_path / "out"
+    assert report.main([str(matrix), "--out", str(out)]) == 0
+    for name in ("plot_nli.png", "plot_sts.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / name).stat().st_size > 10_000
+    assert not list(out.glob("sweep_*.png"))  # no setting varies: not a sweep
+    assert (out / "leaderboard.md").exists() and not (matrix / "leaderboard.md").exists()
+
+
+def test_a_sweep_gets_one_row_per_setting_and_a_hyperparameter_plot(tmp_path):
+    d = tmp_path / "sweep"
+    for lr, acc in ((1e-5, 60.0), (3e-5, 75.0), (1e-4, 70.0)):
+        write_run(d, "nli", "klue", "finetune", 42, {"accuracy": acc}, lr=lr)
+    write_run(d, "nli", "klue", "finetune", 42, status="failed", error="NaN loss", lr=1e-3)
+    assert report.main([str(d)]) == 0
+    md = (d / "leaderboard.md").read_text()
+    lines = [line for line in md.splitlines() if line.startswith("| klue")]
+    assert [line.split(" | ")[2] for line in lines] == ["learning_rate=3e-05", "learning_rate=0.0001",
+                                                        "learning_rate=1e-05", "learning_rate=0.001"]
+    png = d / "sweep_nli_klue_finetune.png"
+    assert png.stat().st_size > 10_000
+
+
+def test_corrupt_partial_and_foreign_files_are_skipped_with_a_warning(matrix, capsys):
+    (matrix / "cut").mkdir()
+    (matrix / "cut" / "results.json").write_text('{"task": "nli", "model": "klue", "metr')
+    (matrix / "list").mkdir()
+    (matrix / "list" / "results.json").write_text("[1, 2]")
+    (matrix / "running").mkdir()
+    (matrix / "running" / "results.json").write_text(json.dumps({"task": "nli", "model": "klue", "status": "running"}))
+    (matrix / "other").mkdir()
+    (matrix / "other" / "results.json").write_text(json.dumps({"accuracy": 0.9}))
+    assert report.main([str(matrix)]) == 0
+    err = capsys.readouterr().err
+    for name in ("cut", "list", "running", "other"):
+        assert f"skipping {matrix / name / 'results.json'}" in err
+    assert "corrupt JSON" in err and "partial run" in err and "not a kotune results file" in err
+    assert read_csv(matrix / "leaderboard.csv")[("klue", "finetune")]["nli.accuracy.n"] == "3"
+
+
+def test_mixed_schemas_are_read(tmp_path):
+    """An older results file (no status, mode, main_metric, config or hash) beside a current one;
+    non-numeric metric values are ignored, not averaged."""
+    d = tmp_path / "runs"
+    write_run(d, "nli", "klue", "finetune", 1, {"accuracy": 80.0, "note": "x"})
+    old = d / "old" / "results.json"
+    old.parent.mkdir()
+    old.write_text(json.dumps({"task": "nli", "model": "klue", "metrics": {"accuracy": 60.0, "macro_f1": 50.0}}))
+    assert report.main([str(d)]) == 0
+    rows = read_csv(d / "leaderboard.csv")
+    assert float(rows[("klue", "finetune")]["nli.accuracy.mean"]) == 80.0
+    assert "nli.note.mean" not in rows[("klue", "finetune")]
+    assert float(rows[("klue", "-")]["nli.accuracy.mean"]) == 60.0
+    md = (d / "leaderboard.md").read_text()
+    assert "nli accuracy*" in md  # the main metric comes from conf/task/nli.yaml for the old file
+
+
+def test_the_same_run_seen_twice_counts_once(matrix, tmp_path):
+    copy = tmp_path / "copy"
+    write_run(copy, "nli", "klue", "frozen", 1, {"accuracy": 70.0, "macro_f1": 60.0})  # same config hash
+    assert report.main([str(matrix), str(copy), "--out", str(tmp_path / "out")]) == 0
+    assert read_csv(tmp_path / "out" / "leaderboard.csv")[("klue", "frozen")]["nli.accuracy.n"] == "1"
+
+
+def test_no_runs_is_an_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert report.main([str(tmp_path / "empty")]) == 1
+    assert "no runs found" in capsys.readouterr().err
+    assert report.main([str(tmp_path / "missing")]) == 1
+    assert "is not a directory" in capsys.readouterr().err
+
+
+def test_paper_columns_and_deltas(matrix, tmp_path, capsys):
+    paper = tmp_path / "paper.csv"
+    paper.write_text("# source: a test table\nmodel,task,metric,value\nklue,nli,accuracy,81.5\n"
+                     "klue,sts,pearson,90.0\nklue,sts,f1,oops\n")
+    assert report.main([str(matrix), "--paper", "--paper-file", str(paper)]) == 0
+    ft = read_csv(matrix / "leaderboard.csv")[("klue", "finetune")]
+    assert float(ft["nli.accuracy.paper"]) == 81.5 and float(ft["nli.accuracy.delta"]) == pytest.approx(0.5)
+    assert float(ft["sts.pearson.delta"]) == pytest.approx(-2.0)
+    assert "sts.f1.paper" not in ft and "nli.macro_f1.paper" not in ft  # no (valid) published number
+    frozen = read_csv(matrix / "leaderboard.csv")[("klue", "frozen")]
+    assert frozen["nli.accuracy.paper"] == ""  # the paper fine-tunes: no frozen reference
+    md = (matrix / "leaderboard.md").read_text()
+    assert "| 82.00 ± 2.00 (3) | 81.50 | +0.50 |" in md
+    assert "data row 3" in capsys.readouterr().err  # the malformed row is named
+
+
+def test_shipped_paper_file_parses():
+    rows = report.read_paper(report.PAPER_FILE)
+    models = {m for m, _, _ in rows}
+    assert models <= {"klue", "klue-roberta", "koelectra", "kcbert"}
+    assert all(0 < v <= 100 for v in rows.values())
+
+
+def test_a_value_that_only_follows_the_task_is_not_a_setting(tmp_path):
+    d = tmp_path / "runs"
+    for seed in (1, 2):
+        write_run(d, "nli", "klue", "finetune", seed, {"accuracy": 80.0}, lr=5e-5)
+        write_run(d, "sts", "klue", "finetune", seed, {"pearson": 90.0}, lr=3e-5)  # a per-task recipe
+    assert report.main([str(d)]) == 0
+    rows = read_csv(d / "leaderboard.csv")
+    assert list(rows) == [("klue", "finetune")] and rows[("klue", "finetune")]["setting"] == ""

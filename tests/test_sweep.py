@@ -1,0 +1,264 @@
+"""Multiruns and Optuna searches: one directory per job, failure isolation, resume, best trial.
+
+Most tests run Hydra's multirun in-process with the train action replaced by a stub (a score from
+the config, or an error for chosen jobs): they exercise the real sweep machinery — config, sweep
+directory, results.json, skip-on-resume, the Optuna study — in seconds. One test trains for real
+through the CLI on the sample data.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import ROOT, run_cli
+
+SEARCHES = sorted(p.stem for p in (ROOT / "conf" / "hparams_search").glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def multirun(monkeypatch, args: list[str]) -> None:
+    """``python run.py -m ARGS`` in this process (run.main, as the CLI calls it)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    import run
+
+    # imported (not run as a script), Hydra would look for conf/ as a Python package
+    monkeypatch.setattr(sys, "argv", ["run.py", "-m", f"--config-path={ROOT / 'conf'}", *args])
+    GlobalHydra.instance().clear()
+    try:
+        run.main()
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def stub_train(monkeypatch, score, fail=lambda cfg: None) -> list[dict]:
+    """Replace action=train: ``score(cfg)`` is the main metric; ``fail(cfg)`` may raise."""
+    import run
+
+    calls: list[dict] = []
+
+    def train(cfg, run_dir):
+        calls.append(OmegaConf.to_container(cfg, resolve=True))
+        fail(cfg)
+        return {"metrics": {cfg.task.main_metric: float(score(cfg))}}
+
+    monkeypatch.setitem(run.ACTIONS, "train", train)
+    return calls
+
+
+def results_under(folder: Path) -> dict[str, dict]:
+    return {str(p.relative_to(folder).parent): json.loads(p.read_text()) for p in folder.rglob("results.json")}
+
+
+# ---- matrices ------------------------------------------------------------------------------
+def test_sweep_dir_is_named_after_the_command():
+    from run import sweep_id
+
+    args = ["task=nli,sts", "model=tiny", "train.seed=1,2"]
+    assert sweep_id(args) == sweep_id(args + ["hydra.sweep.subdir=x", "hydra/launcher=slurm", "-m"])
+    assert sweep_id(args) != sweep_id(args + ["train.max_steps=5"])
+    assert sweep_id(args) != sweep_id(list(reversed(args)))  # job numbers follow the order
+    assert sweep_id(args).startswith("sweep-")
+
+
+def test_matrix_isolates_failures_and_resumes(monkeypatch, tmp_path):
+    """2 tasks × 2 modes × 2 seeds: 8 directories; a job raising a plain exception (not a
+    KotuneError) fails alone; the same command again reruns only that job."""
+    import run
+
+    monkeypatch.chdir(tmp_path)
+    args = ["task=nli,sts", "model=tiny", "mode=finetune,frozen", "train.seed=1,2", "data=sample",
+            f"cache_dir={tmp_path / 'cache'}"]
+    monkeypatch.setenv("KOTUNE_SWEEP_ID", run.sweep_id(args))  # what `python run.py` sets
+
+    def boom(cfg):
+        if (cfg.task.name, cfg.mode.name, cfg.train.seed) == ("sts", "frozen", 2):
+            raise RuntimeError("simulated crash")
+
+    calls = stub_train(monkeypatch, lambda cfg: 10 * cfg.train.seed, boom)
+    multirun(monkeypatch, args)
+    sweep = tmp_path / "multirun" / run.sweep_id(args)
+    first = results_under(sweep)
+    assert len(first) == 8 == len(calls)
+    assert {k.split("/seed")[0] for k in first} == {f"{t}/tiny/{m}" for t in ("nli", "sts") for m in ("finetune", "frozen")}
+    failed = {k: r for k, r in first.items() if r["status"] == "failed"}
+    assert list(failed) == ["sts/tiny/frozen/seed2_7"]
+    assert failed["sts/tiny/frozen/seed2_7"]["error_type"] == "RuntimeError"
+    assert all(r["status"] == "ok" and r["main_score"] == 10 * r["seed"] for k, r in first.items() if k not in failed)
+
+    calls.clear()
+    stub_train(monkeypatch, lambda cfg: 10 * cfg.train.seed)  # the cause is fixed
+    stamps = {p: p.stat().st_mtime_ns for p in sweep.rglob("results.json")}
+    multirun(monkeypatch, args)
+    rerun = [p for p in sweep.rglob("results.json") if p.stat().st_mtime_ns != stamps[p]]
+    assert [str(p.relative_to(sweep).parent) for p in rerun] == ["sts/tiny/frozen/seed2_7"]
+    assert all(r["status"] == "ok" for r in results_under(sweep).values())
+
+
+def test_resume_trusts_only_complete_ok_results_of_the_same_config(tmp_path):
+    from conftest import compose
+    from run import config_hash, finished_results
+
+    cfg = compose(["task=nli", "model=tiny"])
+    path = tmp_path / "results.json"
+    assert finished_results(str(path), cfg) is None  # nothing yet
+    for body, expect in [({"status": "ok", "config_hash": config_hash(cfg)}, True),
+                         ({"status": "failed", "config_hash": config_hash(cfg)}, False),
+                         ({"status": "ok", "config_hash": "another-config"}, False),
+                         ({"status": "ok"}, False)]:
+        path.write_text(json.dumps(body))
+        assert (finished_results(str(path), cfg) is not None) is expect, body
+    path.write_text('{"status": "ok", "config_ha')  # cut off mid-write
+    assert finished_results(str(path), cfg) is None
+
+
+def test_real_matrix_on_sample_data(tmp_path):
+    """Real training through the CLI: a bad data file fails its job only, with the file named;
+    the report counts it apart; the rerun skips the finished job."""
+    samples = ROOT / "tasks" / "samples"
+    (tmp_path / "nli.json").write_text((samples / "nli" / "train.json").read_text())
+    bad = tmp_path / "sts.json"
+    bad.write_text((samples / "sts" / "train.json").read_text()[:1500])  # cut off: malformed JSON
+    args = ["-m", "task=nli,sts", "model=tiny", "data=sample", f"data.train_file={tmp_path}/${{task.name}}.json",
+            "train.max_steps=2", "train.batch_size=8", "save_model=false", f"cache_dir={tmp_path / 'cache'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    proc = run_cli(args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = results_under(tmp_path / "sweep")
+    assert sorted(res) == ["nli/tiny/finetune/seed42_0", "sts/tiny/finetune/seed42_1"]
+    assert res["nli/tiny/finetune/seed42_0"]["status"] == "ok"
+    assert res["sts/tiny/finetune/seed42_1"]["status"] == "failed"
+    assert str(bad) in res["sts/tiny/finetune/seed42_1"]["error"]
+
+    again = run_cli(args)
+    assert again.returncode == 0
+    assert again.stdout.count("resume:") == 1 and "seed42_0/results.json is complete" in again.stdout
+
+    import report
+
+    assert report.main([str(tmp_path / "sweep")]) == 0
+    md = (tmp_path / "sweep" / "leaderboard.md").read_text()
+    assert "2 runs under" in md and "1 ok, 1 failed" in md and "| 1 sts |" in md
+
+
+# ---- Optuna --------------------------------------------------------------------------------
+def lr_score(cfg) -> float:
+    """A smooth objective peaking at learning rate 3e-5."""
+    return 80 - 10 * abs(math.log10(float(cfg.train.learning_rate)) - math.log10(3e-5))
+
+
+def study_trials(sweep: Path, name: str = "nli-tiny-finetune"):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{sweep}/optuna.db").trials
+
+
+def test_optuna_study_resumes_after_an_interruption(monkeypatch, tmp_path):
+    from optuna.trial import TrialState
+
+    sweep = tmp_path / "study"
+    args = ["hparams_search=nli", "model=tiny", "data=sample", "hydra.sweeper.n_trials=5",
+            f"hydra.sweep.dir={sweep}"]
+
+    def interrupt_third(cfg):
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the third trial
+
+    calls = stub_train(monkeypatch, lr_score, interrupt_third)
+    with pytest.raises(KeyboardInterrupt):
+        multirun(monkeypatch, args)
+    assert [t.state for t in study_trials(sweep)] == [TrialState.COMPLETE] * 2 + [TrialState.RUNNING]
+    finished = {p: p.stat().st_mtime_ns for p in sweep.rglob("results.json")}
+    assert len(finished) == 2
+
+    calls = stub_train(monkeypatch, lr_score)
+    multirun(monkeypatch, args)
+    trials = study_trials(sweep)
+    states = [t.state for t in trials]
+    assert states == [TrialState.COMPLETE] * 2 + [TrialState.FAIL] + [TrialState.COMPLETE] * 3
+    assert len(calls) == 3  # only the missing trials ran
+    assert all(p.stat().st_mtime_ns == m for p, m in finished.items())  # finished ones untouched
+    params = [tuple(sorted(t.params.items())) for t in trials]
+    assert len(set(params)) == len(params)  # no trial repeats an earlier one
+    assert sorted(p.parent.name for p in sweep.rglob("results.json")) == [f"seed42_{i}" for i in (0, 1, 3, 4, 5)]
+
+    best = OmegaConf.to_container(OmegaConf.load(sweep / "best_trial.yaml"))
+    scores = {r["run_dir"]: r["main_score"] for r in results_under(sweep).values()}
+    assert best["best_value"] == max(scores.values()) == max(t.value for t in trials if t.value is not None)
+    assert scores[best["run_dir"]] == best["best_value"]
+    assert best["config"]["train"]["learning_rate"] == best["params"]["train.learning_rate"]
+    assert set(best["params"]) == {"train.learning_rate", "train.batch_size", "train.warmup_ratio",
+                                   "train.epochs", "train.head_dropout"}
+
+    calls.clear()
+    multirun(monkeypatch, args)  # complete: nothing runs, the best file is still there
+    assert calls == [] and (sweep / "best_trial.yaml").exists()
+
+
+def test_optuna_direction_follows_the_task(monkeypatch, tmp_path):
+    sweep = tmp_path / "study"
+    stub_train(monkeypatch, lr_score)
+    multirun(monkeypatch, ["hparams_search=nli", "model=tiny", "+task.greater_is_better=false",
+                           "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={sweep}"])
+    best = OmegaConf.load(sweep / "best_trial.yaml")
+    assert best.direction == "minimize"
+    assert best.best_value == min(t.value for t in study_trials(sweep))
+
+
+def test_optuna_failed_trials_do_not_stop_the_study_and_are_replaced_on_resume(monkeypatch, tmp_path):
+    sweep = tmp_path / "study"
+    args = ["hparams_search=nli", "model=tiny", "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={sweep}"]
+
+    def oom_first(cfg):
+        if len(calls) == 1:
+            raise RuntimeError("CUDA out of memory (simulated)")
+
+    calls = stub_train(monkeypatch, lr_score, oom_first)
+    multirun(monkeypatch, args)
+    assert len(calls) == 3 and sum(r["status"] == "failed" for r in results_under(sweep).values()) == 1
+    calls = stub_train(monkeypatch, lr_score)
+    multirun(monkeypatch, args)
+    assert len(calls) == 1  # the failed trial is replaced by a new one
+
+
+def test_unknown_search_key_fails_before_any_trial(tmp_path):
+    proc = run_cli(["-m", "hparams_search=nli", "model=tiny", "train.learnig_rate=interval(1e-5,1e-4)",
+                    f"hydra.sweep.dir={tmp_path / 's'}"])
+    assert proc.returncode == 1
+    assert "'train.learnig_rate' is not a key of the composed config" in proc.stderr
+    assert "did you mean 'train.learning_rate'" in proc.stderr
+    assert not list(tmp_path.rglob("results.json"))
+
+
+@pytest.mark.parametrize("name", SEARCHES)
+def test_every_search_space_composes(name):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra_plugins.kotune_sweeper import check_search_keys
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", [f"hparams_search={name}", "model=tiny"], return_hydra_config=True)
+    sweeper = cfg.hydra.sweeper
+    check_search_keys(cfg, list(sweeper.params))  # raises on a key the config lacks
+    assert cfg.task.name == name.removesuffix("_frozen")
+    assert cfg.mode.name == ("frozen" if name.endswith("_frozen") else "finetune")
+    assert {"train.learning_rate", "train.batch_size", "train.warmup_ratio", "train.epochs",
+            "train.head_dropout"} <= set(sweeper.params)
+    assert ("mode.layers" in sweeper.params) == name.endswith("_frozen")
+    assert sweeper.direction == "auto" and sweeper.storage.startswith("sqlite:///")
+
+
+def test_slurm_launcher_config_composes():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[slurm]'")
+    proc = run_cli(["hydra/launcher=slurm", "hparams_search=ynat", "model=klue", "--cfg", "hydra"])
+    assert proc.returncode == 0, proc.stderr
+    launcher = OmegaConf.create(proc.stdout).hydra.launcher
+    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert launcher.gpus_per_node == 1 and launcher.tasks_per_node == 1
+    job = run_cli(["hydra/launcher=slurm", "task=nli", "model=klue", "--cfg", "job"])
+    assert job.returncode == 0 and OmegaConf.create(job.stdout).task.name == "nli"
