@@ -9,8 +9,12 @@ from __future__ import annotations
 from torch import nn
 
 from heads.sequence import SequenceHead
+from heads.span import CharSpanHead, SpanHead
+from heads.token import CharTokenHead, TokenHead
 
 HEADS: dict[str, type[nn.Module]] = {
     "sequence": SequenceHead,
     "pair": SequenceHead,  # a pair is encoded as one sequence: [CLS] a [SEP] b [SEP]
+    "token": TokenHead, "token_char": CharTokenHead,  # a tag per subword / per character (NER)
+    "span": SpanHead, "span_char": CharSpanHead,  # answer start/end per token / per character (QA)
 }

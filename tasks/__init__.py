@@ -7,6 +7,8 @@ from omegaconf import DictConfig, OmegaConf
 from tasks.base import Task
 from tasks.classification import ClassificationTask
 from tasks.errors import ConfigError
+from tasks.ner import NerTask, TokenTask
+from tasks.qa import QATask
 
 TASKS: dict[str, type[Task]] = {
     "ynat": ClassificationTask,
@@ -14,6 +16,8 @@ TASKS: dict[str, type[Task]] = {
     "sts": ClassificationTask,
     "text_cls": ClassificationTask,
     "text_pair": ClassificationTask,
+    "ner": NerTask, "token_cls": TokenTask,
+    "mrc": QATask, "korquad": QATask, "qa": QATask,
 }
 
 

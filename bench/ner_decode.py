@@ -1,0 +1,107 @@
+"""KLUE NER: subword vs character decode on real data (../shared), ceiling and trained scores.
+
+For each vocabulary (../shared/vocab) and decode: the pipeline ceiling on the whole KLUE NER dev
+file, then the same randomly initialised encoder (real vocabulary, same seed, same budget) trained
+on a seeded 80 % of that file and scored on the held-out 20 %.
+
+    python bench/ner_decode.py                      # kcbert + koelectra, 1 seed, ~1 h on 2 cores
+    python bench/ner_decode.py --vocabs kcbert --steps 100 --seeds 1   # a quick look
+
+Prints a markdown table and writes every results.json under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+sys.path.insert(0, str(ROOT))
+
+VOCABS = {"kcbert": ["model=kcbert", f"model.name_or_path={SHARED}/vocab/kcbert-base"],
+          "koelectra": ["model=koelectra", f"model.name_or_path={SHARED}/vocab/koelectra",
+                        "model.architecture=electra"]}
+DATA = SHARED / "data" / "klue" / "klue-ner-v1.1_dev.tsv"
+KEYS = ("entity_f1", "entity_f1_micro", "char_f1", "char_f1_with_o")
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def job(overrides: list[str], run_dir: Path) -> dict:
+    import run
+
+    res = run.execute(compose(overrides), str(run_dir))
+    if res["status"] != "ok":
+        raise SystemExit(f"{run_dir}: {res.get('error')}")
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocabs", nargs="+", default=sorted(VOCABS), choices=sorted(VOCABS))
+    ap.add_argument("--seeds", type=int, default=1, help="training seeds (encoder init and split) per cell")
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--out", default="/tmp/kotune_bench/ner_decode")
+    args = ap.parse_args()
+    if not DATA.exists():
+        raise SystemExit(f"../shared absent ({DATA} not found)")
+    out = Path(args.out)
+    cache = [f"cache_dir={out / 'cache'}", "save_model=false", "save_predictions=false"]
+    encoder = (f"+model.config_overrides={{num_hidden_layers:{args.layers},hidden_size:{args.hidden},"
+               f"num_attention_heads:{max(1, args.hidden // 64)},intermediate_size:{4 * args.hidden}}}")
+    rows = []
+    for vocab in args.vocabs:
+        for decode in ("subword", "char"):
+            base = ["task=ner", f"task.decode={decode}", *VOCABS[vocab], *cache]
+            ceiling = job(base + ["action=ceiling", f"data.validation_file={DATA}", "train.max_length=510"],
+                          out / f"{vocab}-{decode}-ceiling")
+            trained = [job(base + ["model.init=random", encoder, f"data.train_file={DATA}", "data.validation_split=0.2",
+                                   f"train.seed={seed}", f"train.max_steps={args.steps}",
+                                   f"train.batch_size={args.batch_size}", f"train.learning_rate={args.lr}",
+                                   "train.max_length=256"], out / f"{vocab}-{decode}-seed{seed}")
+                       for seed in range(42, 42 + args.seeds)]
+            row = {"vocab": vocab, "decode": decode, "max_length": ceiling["max_length"],
+                   "ceiling": {k: ceiling["metrics"][k] for k in KEYS},
+                   "inexpressible": ceiling["ceiling"]["inexpressible"],
+                   "gold_entities": ceiling["ceiling"]["gold_entities"],
+                   "trained": {k: [r["metrics"][k] for r in trained] for k in KEYS},
+                   "trainable_params": trained[0]["trainable_params"],
+                   "train_s": [r["runtime_s"] for r in trained]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    (out / "summary.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+
+    def cell(values: list[float]) -> str:
+        return f"{statistics.mean(values):.2f}" + (f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else "")
+
+    print(f"\nrandom-init encoder: {args.layers} layers × {args.hidden}, {args.steps} steps × batch "
+          f"{args.batch_size}, lr {args.lr}, {args.seeds} seed(s); 80/20 seeded split of {DATA.name}\n")
+    print("| vocab | decode | ceiling entity F1 (macro / micro) | ceiling char F1 | inexpressible "
+          "| trained entity F1 | trained entity F1 micro | trained char F1 | trained char F1 with O |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        c, t = r["ceiling"], r["trained"]
+        print(f"| {r['vocab']} (max_length {r['max_length']}) | {r['decode']} | {c['entity_f1']:.2f} / "
+              f"{c['entity_f1_micro']:.2f} | {c['char_f1']:.2f} | {r['inexpressible']} of {r['gold_entities']} "
+              f"| {cell(t['entity_f1'])} | {cell(t['entity_f1_micro'])} | {cell(t['char_f1'])} "
+              f"| {cell(t['char_f1_with_o'])} |")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

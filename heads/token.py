@@ -1,0 +1,78 @@
+"""Token tagging heads: a tag per subword (``token``), or a tag per character (``token_char``).
+
+``token_char`` lets every character inside a subword carry its own tag, so an entity boundary
+inside a token (``경찰은`` → 경찰 + 은) stays expressible: a character is represented by the state of
+the token that covers it plus embeddings of its position counted from the token's start and from
+its end (particles sit at the end), mixed by a small feed-forward layer. Which token and which
+position each character has comes from the task's alignment (extra inputs ``char_token_index``,
+``char_pos_start``, ``char_pos_end``; padded with -100 by the collator).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+IGNORE = -100
+
+
+def tagging_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over labelled slots only (-100: specials, padding, unlabelled subwords)."""
+    labels = labels.long()
+    if not (labels != IGNORE).any():  # a batch with nothing to learn gives 0, not NaN
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE)
+
+
+class TokenHead(nn.Module):
+    """Each token state → dropout → linear → tag logits, shape (batch, tokens, labels)."""
+
+    label_fields = ("labels",)
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_size, num_labels)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.out(self.dropout(hidden_states))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return tagging_loss(logits, labels)
+
+
+class CharTokenHead(nn.Module):
+    """A tag per character, as a correction of the covering token's tag: logits =
+    linear(token state) + linear₀(GELU(dense(LN(token state + position embeddings)))), with linear₀
+    zero-initialised, so training starts from the subword head's answer (every character of a
+    token gets its tag) and learns where characters differ (B- → I- after the first, a particle
+    at the end back to O). Logits shape (batch, characters, labels)."""
+
+    label_fields = ("labels",)
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, max_char_positions: int = 16):
+        super().__init__()
+        self.max_char_positions = max_char_positions
+        # positions past the last embedding share it (only very long [UNK] tokens get there)
+        self.from_start = nn.Embedding(max_char_positions, hidden_size)
+        self.from_end = nn.Embedding(max_char_positions, hidden_size)
+        self.norm = nn.LayerNorm(hidden_size)
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_size, num_labels)
+        self.correction = nn.Linear(hidden_size, num_labels)
+        nn.init.zeros_(self.correction.weight)
+        nn.init.zeros_(self.correction.bias)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, char_token_index: torch.Tensor,
+                char_pos_start: torch.Tensor, char_pos_end: torch.Tensor) -> torch.Tensor:
+        index = char_token_index.long().clamp(min=0)  # padded slots (-100) read token 0; never scored
+        states = torch.gather(hidden_states, 1, index.unsqueeze(-1).expand(-1, -1, hidden_states.size(-1)))
+        last = self.max_char_positions - 1
+        states = self.dropout(states)
+        x = states + self.from_start(char_pos_start.long().clamp(0, last)) \
+            + self.from_end(char_pos_end.long().clamp(0, last))
+        return self.out(states) + self.correction(self.dropout(F.gelu(self.dense(self.norm(x)))))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return tagging_loss(logits, labels)

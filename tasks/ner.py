@@ -1,0 +1,569 @@
+"""Token tagging: KLUE NER (a BIO tag per *character*) and the generic ``token_cls`` task (CoNLL-style
+files, a tag per word or per character).
+
+An example is a list of *units* (KLUE: characters, spaces included; CoNLL: words) with one tag each.
+The units are joined into the raw text (``task.join``: "" for characters, " " for words), and the
+raw text is tokenized with ``return_offsets_mapping``, so every subword knows the characters it
+covers — whatever the tokenizer did with [UNK], emoji, spaces or normalisation.
+
+* training labels (``encode``): a token's label is the tag of its first non-space character when
+  that character starts a unit; other subwords, specials and padding get -100
+  (``task.label_subwords=all`` labels them too, B- turned into I-). With ``task.decode=char`` each
+  covered character gets its own label slot instead (head ``token_char``).
+* decoding (``decode``): token tags back to character tags (a token's tag goes to its first
+  character, its other characters continue it as I-), or with ``decode=char`` each character's own
+  tag; characters no token covers (spaces, characters the tokenizer dropped) continue an entity
+  only when both neighbours are in it; characters past ``max_length`` are predicted O.
+* scoring (``score``): KLUE's two F1s on characters, whitespace left out as KLUE-baseline does.
+* ``ceiling``: the gold labels through exactly that alignment and decoding.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from tasks import metrics
+from tasks.base import EncodeSettings, Task
+from tasks.errors import ConfigError, DataError
+from tasks.io import _lines, _open_text
+
+IGNORE = -100  # label of slots that are not scored; tasks/collate.py pads label lists with it
+DECODES = ("subword", "char")
+LABEL_SUBWORDS = ("first", "all")
+MAX_WARNINGS = 5  # per kind and file; the rest are counted in one summary line
+BIO = re.compile(r"^(O|[BI]-\S+)$")
+
+
+def log(msg: str) -> None:
+    print(f"[kotune] {msg}", flush=True)
+
+
+def continuation(tag: str) -> str:
+    """The tag a character inside the same entity carries: ``B-X``/``I-X`` → ``I-X``; others stay."""
+    return "I-" + tag[2:] if tag[:2] in ("B-", "I-") else tag
+
+
+class Warnings:
+    """One-line warnings naming file and line, the first few of each kind, then a count."""
+
+    def __init__(self):
+        self.counts: Counter = Counter()
+
+    def warn(self, kind: str, where: str, what: str) -> None:
+        self.counts[kind] += 1
+        if self.counts[kind] <= MAX_WARNINGS:
+            log(f"warning: {where}: {what}")
+
+    def summary(self, source: str) -> None:
+        for kind, n in self.counts.items():
+            if n > MAX_WARNINGS:
+                log(f"warning: {source}: {n} × {kind} in all (first {MAX_WARNINGS} shown)")
+
+
+def location(ex: dict, unit: int = 0) -> str:
+    """``file:line`` of a unit read from a file (one unit per line), ``source row N`` for hub rows."""
+    if "line" in ex:
+        return f"{ex['source']}:{ex['line'] + unit}"
+    return f"{ex.get('source', '?')} row {ex.get('row', '?')}" + (f" (unit {unit})" if unit else "")
+
+
+def orphan_and_space_checks(ex: dict, warnings: Warnings) -> None:
+    """``I-X`` with no ``B-X``/``I-X`` before it, and entities that start on a space (which KLUE's
+    scoring, dropping spaces, turns into an ``I-X`` orphan): counted and reported, kept as is."""
+    prev = "O"
+    for k, (unit, tag) in enumerate(zip(ex["units"], ex["tags"])):
+        if tag.startswith("I-") and prev[2:] != tag[2:]:
+            warnings.warn("I-X with no B-X", location(ex, k),
+                          f"sentence {ex['id']}: {tag} follows {prev} (kept; strict scoring ignores it)")
+        if tag.startswith("B-") and unit.isspace():
+            warnings.warn("entity starting on a space", location(ex, k),
+                          f"sentence {ex['id']}: {tag} on a space; scoring drops spaces, so this "
+                          "entity only counts if its next character is tagged B-")
+        prev = tag
+
+
+# ---- alignment (pure functions of plain lists; the round-trip tests pin them) ----------------
+@dataclass
+class Layout:
+    """Where each unit lies in the raw text."""
+
+    text: str
+    char_unit: list[int]   # per character: its unit, -1 for joiners between units
+    unit_first: list[int]  # per unit: its first non-space character (its first character if all space)
+
+
+def layout(units: list[str], join: str) -> Layout:
+    parts, char_unit, unit_first, pos = [], [], [], 0
+    for u, unit in enumerate(units):
+        if u and join:
+            parts.append(join)
+            char_unit.extend([-1] * len(join))
+            pos += len(join)
+        parts.append(unit)
+        char_unit.extend([u] * len(unit))
+        first = next((k for k, ch in enumerate(unit) if not ch.isspace()), 0)
+        unit_first.append(pos + first)
+        pos += len(unit)
+    return Layout("".join(parts), char_unit, unit_first)
+
+
+@dataclass
+class Alignment:
+    """Which characters each token position covers (-1 for specials and tokens that add nothing)."""
+
+    token_start: list[int]  # first non-space character of the token
+    token_end: list[int]    # one past its last character
+    char_limit: int         # characters from here on were cut by max_length (predicted O)
+
+
+def align(text: str, offsets: list[tuple[int, int]], special: list[bool], truncated: bool) -> Alignment:
+    starts, ends, last_end = [], [], 0
+    for (s, e), is_special in zip(offsets, special):
+        first = s
+        while first < e and text[first].isspace():  # SentencePiece-style tokens carry their space
+            first += 1
+        # a token whose characters an earlier token already started (byte-level pieces of one
+        # character) adds nothing: the earlier one speaks for them
+        if is_special or first >= e or first < last_end:
+            starts.append(-1)
+            ends.append(-1)
+            continue
+        starts.append(first)
+        ends.append(e)
+        last_end = e
+    rest_has_text = any(not ch.isspace() for ch in text[last_end:])
+    return Alignment(starts, ends, last_end if truncated and rest_has_text else len(text))
+
+
+def char_slots(text: str, al: Alignment) -> list[tuple[int, int, int, int]]:
+    """(character, token position, index from the token's start, index from its end) for every
+    non-space character a token covers: the label slots of ``decode=char``."""
+    slots = []
+    for t, (s, e) in enumerate(zip(al.token_start, al.token_end)):
+        if s < 0:
+            continue
+        for c in range(s, e):
+            if not text[c].isspace():
+                slots.append((c, t, c - s, e - 1 - c))
+    return slots
+
+
+def char_label(c: int, lay: Layout, tags: list[str], label_all: bool) -> str | None:
+    """Training tag of character ``c``: its unit's tag where the unit starts, else (inside a
+    multi-character unit) its continuation with ``label_subwords=all``, else nothing."""
+    u = lay.char_unit[c]
+    if u < 0:
+        return None
+    if c == lay.unit_first[u]:
+        return tags[u]
+    return continuation(tags[u]) if label_all else None
+
+
+def fill_uncovered(char_tags: list[str | None], text: str, char_limit: int) -> list[str]:
+    """Tags for characters no token covers: past ``char_limit`` O (truncated); otherwise (spaces,
+    characters the tokenizer dropped) I-X when the characters on both sides are in entity X."""
+    n = len(char_tags)
+    next_tag: list[str | None] = [None] * (n + 1)
+    for c in range(n - 1, -1, -1):
+        next_tag[c] = char_tags[c] if char_tags[c] is not None else next_tag[c + 1]
+    out: list[str] = []
+    prev = "O"
+    for c, tag in enumerate(char_tags):
+        if tag is None:
+            after = next_tag[c + 1] if c + 1 < char_limit else None
+            inside = prev[:2] in ("B-", "I-") and after == "I-" + prev[2:]
+            tag = continuation(prev) if c < char_limit and inside else "O"
+        out.append(tag)
+        prev = tag
+    return out
+
+
+def unit_tags(char_tags: list[str], lay: Layout) -> list[str]:
+    return [char_tags[c] if c < len(char_tags) else "O" for c in lay.unit_first]
+
+
+def entity_spans(tags: list[str], keep: list[int]) -> set[tuple[str, int, int]]:
+    """Strict IOB2 entities (as scored: over the kept units) as (type, first unit, last unit + 1)
+    in unit indices; the same chunking as metrics.ner_entity_f1."""
+    chunks = metrics._strict_iob2_entities([tags[k] for k in keep], 0)
+    return {(typ, keep[i], keep[j - 1] + 1) for _, typ, i, j in chunks}
+
+
+# ---- the tasks -------------------------------------------------------------------------------
+class TokenTask(Task):
+    """Generic token classification (``token_cls``): CoNLL-style files, tag per word or character."""
+
+    head = "token"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.decode_mode = str(cfg.get("decode", "subword"))
+        if self.decode_mode not in DECODES:
+            raise ConfigError(f"task.decode must be one of {', '.join(DECODES)}, got '{self.decode_mode}'")
+        self.label_subwords = str(cfg.get("label_subwords", "first"))
+        if self.label_subwords not in LABEL_SUBWORDS:
+            raise ConfigError(f"task.label_subwords must be one of {', '.join(LABEL_SUBWORDS)}, "
+                              f"got '{self.label_subwords}'")
+        self.head = "token_char" if self.decode_mode == "char" else "token"
+        self.join = str(cfg.get("join") or "")  # "" joins characters, " " joins words
+        self.scheme = str(cfg.get("scheme", "iob2"))
+
+    # ---- reading -------------------------------------------------------------------------
+    def read_file(self, path: str) -> list[dict]:
+        """CoNLL-style: one unit per line, columns split by tab (or by whitespace when the line has
+        no tab), blank line between sentences, ``-DOCSTART-`` and ``task.comment_prefix`` lines
+        skipped."""
+        cols = self.cfg.get("columns") or {}
+        token_col, tag_col = int(cols.get("token", 0)), int(cols.get("tag", -1))
+        comment = self.cfg.get("comment_prefix")
+        warnings, examples = Warnings(), []
+        units: list[str] = []
+        tags: list[str] = []
+        start, n_cols = 0, None
+
+        def close():
+            if units:
+                examples.append({"id": f"{os.path.basename(path)}:{start}", "source": path, "line": start,
+                                 "units": list(units), "tags": list(tags)})
+            units.clear()
+            tags.clear()
+
+        with _open_text(path) as f:
+            for n, raw in enumerate(_lines(path, f), 1):
+                line = raw.rstrip("\r\n")
+                if not line.strip() and "\t" not in line:
+                    close()
+                    continue
+                if line.startswith("-DOCSTART-") or (comment and line.startswith(comment)):
+                    continue
+                row = line.split("\t") if "\t" in line else line.split()
+                n_cols = n_cols or len(row)
+                try:
+                    if len(row) != n_cols:
+                        raise IndexError
+                    unit, tag = row[token_col], row[tag_col].strip()
+                except IndexError:
+                    raise DataError(path, n, f"{len(row)} columns, expected {n_cols} (unit column "
+                                             f"{token_col}, tag column {tag_col})") from None
+                if not unit or (self.join and unit.isspace()):
+                    raise DataError(path, n, f"empty unit {unit!r}")
+                self._check_tag(path, n, tag)
+                if not units:
+                    start = n
+                units.append(unit)
+                tags.append(tag)
+        close()
+        for ex in examples:
+            orphan_and_space_checks(ex, warnings)
+        warnings.summary(path)
+        return examples
+
+    def read_hub(self, rows, path: str) -> list[dict]:
+        raise ConfigError(f"task {self.name} reads local files: set data.train_file=... data.validation_file=...")
+
+    def _check_tag(self, path: str, where: Any, tag: str) -> None:
+        if self.labels is not None and tag not in self.labels:
+            raise DataError(path, where, f"unknown tag '{tag}' (expected one of: {', '.join(self.labels)})")
+        if self.labels is None and self.scheme == "iob2" and not BIO.match(tag):
+            raise DataError(path, where, f"unknown tag '{tag}': task.scheme=iob2 expects O, B-X or I-X")
+
+    def fit_labels(self, train: list[dict]) -> None:
+        if self.labels is None:
+            tags = {t for ex in train for t in ex["tags"]}
+            if self.label_subwords == "all":  # a word's later subwords learn I-X even where only B-X occurs
+                tags |= {continuation(t) for t in tags}
+            self.labels = sorted(tags)
+
+    def check_labels(self, examples: list[dict], path: str) -> None:
+        known = set(self.labels)
+        for ex in examples:
+            for k, t in enumerate(ex["tags"]):
+                if t not in known:
+                    raise DataError(location(ex, k), None, f"sentence {ex['id']}: unknown tag '{t}' "
+                                                           f"(training tags: {', '.join(self.labels)})")
+
+    def text(self, ex: dict) -> str:
+        return self.join.join(ex["units"])
+
+    def training_texts(self, examples: list[dict]) -> Iterable[str]:
+        return (self.text(ex) for ex in examples)
+
+    # ---- model side ----------------------------------------------------------------------
+    def head_kwargs(self) -> dict:
+        kwargs = {"num_labels": len(self.labels)}
+        if self.decode_mode == "char":
+            kwargs["max_char_positions"] = int(self.cfg.get("max_char_positions", 16))
+        return kwargs
+
+    def model_columns(self, features) -> list[str]:
+        keep = super().model_columns(features)
+        if self.decode_mode == "char":
+            keep += ["char_token_index", "char_pos_start", "char_pos_end"]
+        return keep
+
+    def encode(self, examples: list[dict], tokenizer, settings: EncodeSettings):
+        import datasets
+
+        if not getattr(tokenizer, "is_fast", False):
+            raise ConfigError(f"task {self.name} aligns tags by character offsets: it needs a fast "
+                              f"tokenizer, got {type(tokenizer).__name__}")
+        label_id = {t: i for i, t in enumerate(self.labels)}
+        label_all = self.label_subwords == "all"
+        texts = [self.text(ex) for ex in examples]
+        enc = tokenizer(texts, truncation=True, max_length=settings.max_length, return_offsets_mapping=True,
+                        return_token_type_ids=settings.token_type_ids)
+        unk = tokenizer.unk_token_id
+        cols: dict[str, list] = {k: [] for k in enc.keys() if k != "offset_mapping"}
+        meta: dict[str, list] = {k: [] for k in ("labels", "token_start", "token_end", "char_limit",
+                                                 "unk_spans", "char_index", "char_token_index",
+                                                 "char_pos_start", "char_pos_end")}
+        warnings, n_cut, cut_chars = Warnings(), 0, 0
+        for i, ex in enumerate(examples):
+            ids = enc["input_ids"][i]
+            special = [s is None for s in enc.sequence_ids(i)]
+            lay = layout(ex["units"], self.join)
+            al = align(lay.text, enc["offset_mapping"][i], special, len(ids) >= settings.max_length)
+            lost = sum(1 for ch in lay.text[al.char_limit:] if not ch.isspace())
+            if lost:
+                n_cut += 1
+                cut_chars += lost
+                warnings.warn("sentence longer than max_length", location(ex),
+                              f"sentence {ex['id']} is longer than max_length={settings.max_length} "
+                              f"tokens: its last {lost} characters are scored as predicted O")
+
+            def label(c: int, lay: Layout = lay, tags: list[str] | None = ex.get("tags")) -> int:
+                tag = char_label(c, lay, tags, label_all) if tags is not None else None
+                return IGNORE if tag is None else label_id[tag]
+
+            if self.decode_mode == "char":
+                slots = char_slots(lay.text, al)
+                meta["labels"].append([label(c) for c, _, _, _ in slots])
+                meta["char_index"].append([c for c, _, _, _ in slots])
+                meta["char_token_index"].append([t for _, t, _, _ in slots])
+                meta["char_pos_start"].append([p for _, _, p, _ in slots])
+                meta["char_pos_end"].append([p for _, _, _, p in slots])
+            else:
+                meta["labels"].append([IGNORE if s < 0 else label(s) for s in al.token_start])
+            meta["token_start"].append(al.token_start)
+            meta["token_end"].append(al.token_end)
+            meta["char_limit"].append(al.char_limit)
+            meta["unk_spans"].append([x for t, tid in enumerate(ids) if tid == unk and al.token_start[t] >= 0
+                                      for x in (al.token_start[t], al.token_end[t])])
+            for k in cols:
+                cols[k].append(enc[k][i])
+        if n_cut:
+            log(f"{n_cut} of {len(examples)} sentences exceed max_length={settings.max_length}: "
+                f"{cut_chars} characters past it are scored as predicted O")
+        meta = {k: v for k, v in meta.items() if len(v) == len(examples)}  # char_* only with decode=char
+        if not all("tags" in ex for ex in examples):
+            meta.pop("labels")
+        return datasets.Dataset.from_dict({**cols, **meta})
+
+    # ---- decoding ------------------------------------------------------------------------
+    def decode(self, predictions, features, examples: list[dict]) -> list[list[str]]:
+        """Per example, one tag per unit (characters for KLUE NER)."""
+        logits = predictions[0] if isinstance(predictions, tuple) else predictions
+        ids = np.asarray(logits).argmax(-1)  # rows are padded with -100 by Trainer: read only valid slots
+        n_cut = 0
+        outputs = []
+        columns = ("char_index",) if self.decode_mode == "char" else ("token_start", "token_end")
+        meta = features.select_columns([*columns, "char_limit"]).to_dict()
+        for i, ex in enumerate(examples):
+            lay = layout(ex["units"], self.join)
+            char_tags: list[str | None] = [None] * len(lay.text)
+            row = ids[i]
+            if self.decode_mode == "char":
+                for j, c in enumerate(meta["char_index"][i]):
+                    char_tags[c] = self.labels[row[j]]
+            else:
+                for t, (s, e) in enumerate(zip(meta["token_start"][i], meta["token_end"][i])):
+                    if s < 0:
+                        continue
+                    tag = self.labels[row[t]]
+                    char_tags[s] = tag
+                    for c in range(s + 1, e):
+                        if not lay.text[c].isspace():
+                            char_tags[c] = continuation(tag)
+            limit = meta["char_limit"][i]
+            n_cut += sum(1 for ch in lay.text[limit:] if not ch.isspace())
+            outputs.append(unit_tags(fill_uncovered(char_tags, lay.text, limit), lay))
+        if n_cut:
+            log(f"decode: {n_cut} characters past max_length predicted O")
+        return outputs
+
+    # ---- scoring -------------------------------------------------------------------------
+    @staticmethod
+    def scored_units(ex: dict) -> list[int]:
+        """Units that count: whitespace is left out (KLUE-baseline drops the space rows)."""
+        return [k for k, u in enumerate(ex["units"]) if not u.isspace()]
+
+    def _entity_scores(self, outputs: list[list[str]], examples: list[dict]) -> dict[str, float]:
+        preds, golds = [], []
+        for out, ex in zip(outputs, examples):
+            keep = self.scored_units(ex)
+            preds.append([out[k] for k in keep])
+            golds.append([ex["tags"][k] for k in keep])
+        return metrics.ner_entity_f1(preds, golds)
+
+    def score(self, outputs: list[list[str]], examples: list[dict]) -> dict[str, float]:
+        pred_flat = [t for out, ex in zip(outputs, examples) for k, t in enumerate(out) if not ex["units"][k].isspace()]
+        gold_flat = [ex["tags"][k] for ex in examples for k in self.scored_units(ex)]
+        out = self._entity_scores(outputs, examples) if self.scheme == "iob2" else {}
+        out["tag_accuracy"] = metrics.accuracy(pred_flat, gold_flat)
+        out["tag_macro_f1"] = metrics.macro_f1(pred_flat, gold_flat, labels=[t for t in self.labels if t != "O"])
+        return out
+
+    def prediction_records(self, outputs: list[list[str]], examples: list[dict]) -> list[dict]:
+        return [{"id": ex["id"], "text": self.text(ex), "prediction": out, "gold": ex.get("tags")}
+                for out, ex in zip(outputs, examples)]
+
+    # ---- pipeline ceiling ----------------------------------------------------------------
+    def ceiling(self, features, examples: list[dict]) -> tuple[dict[str, float], dict]:
+        """Gold labels, as encoded for training, through the evaluation decode: the best score any
+        model can reach with this tokenizer and these settings; plus why entities are lost."""
+        labels = features["labels"]
+        width = max((len(r) for r in labels), default=0)
+        onehot = np.zeros((len(labels), max(width, 1), len(self.labels)), dtype=np.float32)
+        o_id = self.labels.index("O") if "O" in self.labels else 0
+        for i, row in enumerate(labels):
+            for t, lab in enumerate(row):
+                onehot[i, t, o_id if lab == IGNORE else lab] = 1.0  # -100 slots are never read
+        outputs = self.decode(onehot, features, examples)
+        scores = self.score(outputs, examples)
+        report = self._inexpressible(outputs, features, examples)
+        return scores, report
+
+    def _inexpressible(self, outputs: list[list[str]], features, examples: list[dict]) -> dict:
+        meta = features.select_columns(["token_start", "token_end", "char_limit", "unk_spans"]).to_dict()
+        reasons: Counter = Counter()
+        shown: list[str] = []
+        n_gold = n_spurious = 0
+        for i, (out, ex) in enumerate(zip(outputs, examples)):
+            keep = self.scored_units(ex)
+            gold = entity_spans(ex["tags"], keep)
+            pred = entity_spans(out, keep)
+            n_gold += len(gold)
+            n_spurious += len(pred - gold)
+            lay = layout(ex["units"], self.join)
+            tokens = [(s, e) for s, e in zip(meta["token_start"][i], meta["token_end"][i]) if s >= 0]
+            unks = meta["unk_spans"][i]
+            unk_set = {(unks[k], unks[k + 1]) for k in range(0, len(unks), 2)}
+            covered = {c for s, e in tokens for c in range(s, e)}
+            for typ, u0, u1 in sorted(gold - pred, key=lambda x: x[1]):
+                c0 = lay.unit_first[u0]
+                c1 = lay.unit_first[u1 - 1] + len(ex["units"][u1 - 1].strip())
+                crossing = [(s, e) for s, e in tokens if s < c0 < e or s < c1 < e]
+                if c1 > meta["char_limit"][i]:
+                    why = "truncation (past max_length)"
+                elif any(tok in unk_set for tok in crossing):
+                    why = "boundary inside an [UNK] token"
+                elif crossing:
+                    why = "boundary inside a token"
+                elif any(c not in covered and not lay.text[c].isspace() for c in range(c0, c1)):
+                    why = "character dropped by the tokenizer"
+                else:
+                    why = "other (inconsistent gold tags)"
+                reasons[why] += 1
+                if len(shown) < 5:
+                    tok = ", ".join(repr(lay.text[s:e]) for s, e in crossing)
+                    shown.append(f"{ex['id']}: {lay.text[c0:c1]!r} ({typ}): {why}" + (f" {tok}" if tok else ""))
+        lost = sum(reasons.values())
+        lines = [f"ceiling ({self.decode_mode} decode): {lost} of {n_gold} gold entities inexpressible, "
+                 f"{n_spurious} spurious"]
+        lines += [f"  {n:6d}  {why}" for why, n in reasons.most_common()]
+        lines += [f"  e.g. {s}" for s in shown]
+        return {"decode": self.decode_mode, "gold_entities": n_gold, "inexpressible": lost,
+                "spurious": n_spurious, "reasons": dict(reasons), "examples": shown, "lines": lines}
+
+
+class NerTask(TokenTask):
+    """KLUE NER: a BIO tag per character (spaces included); KLUE's official TSV or the hub rows."""
+
+    def read_file(self, path: str) -> list[dict]:
+        """KLUE's TSV: ``##`` comment lines, the last ``## guid<TAB>tagged sentence`` line before a
+        sentence's rows names it, ``CHAR<TAB>TAG`` rows (the character may be a space), a blank line
+        between sentences."""
+        warnings, examples = Warnings(), []
+        cur: dict | None = None
+        header: tuple[str, int] | None = None  # (guid, line) of the latest sentence header
+        header_used = True
+
+        def close():
+            nonlocal cur
+            if cur is not None:
+                examples.append(cur)
+            cur = None
+
+        with _open_text(path) as f:
+            for n, raw in enumerate(_lines(path, f), 1):
+                line = raw.rstrip("\r\n")
+                if line.startswith("##"):
+                    close()
+                    if "\t" in line:
+                        header, header_used = (line[2:].split("\t", 1)[0].strip(), n), False
+                    continue
+                if "\t" not in line and not line.strip():
+                    if cur is None and not header_used:
+                        warnings.warn("empty sentence", f"{path}:{header[1]}",
+                                      f"sentence {header[0]} has no characters (skipped)")
+                        header_used = True
+                    close()
+                    continue
+                row = line.split("\t")
+                if len(row) != 2:
+                    raise DataError(path, n, f"{len(row)} tab-separated columns, expected 2 (CHAR<TAB>TAG)")
+                char, tag = row[0], row[1].strip()
+                if not char:
+                    raise DataError(path, n, "empty character column")
+                self._check_tag(path, n, tag)
+                if cur is None:
+                    guid = header[0] if header and not header_used else f"{os.path.basename(path)}:{n}"
+                    header_used = True
+                    cur = {"id": guid, "source": path, "line": n, "units": [], "tags": []}
+                cur["units"].append(char)
+                cur["tags"].append(tag)
+        close()
+        if cur is None and not header_used and header is not None:
+            warnings.warn("empty sentence", f"{path}:{header[1]}", f"sentence {header[0]} has no characters (skipped)")
+        for ex in examples:
+            orphan_and_space_checks(ex, warnings)
+        warnings.summary(path)
+        return examples
+
+    def read_hub(self, rows, path: str) -> list[dict]:
+        """Hub rows (``klue/klue`` ``ner``): ``tokens`` are characters (spaces included), ``ner_tags``
+        class ids translated by the hub's own label names."""
+        cols = self.cfg.hub.columns
+        names = rows.features[cols.tags].feature.names
+        warnings, examples = Warnings(), []
+        for i, row in enumerate(rows):
+            units, ids = row[cols.tokens], row[cols.tags]
+            if len(units) != len(ids):
+                raise DataError(path, f"row {i}", f"{len(units)} characters but {len(ids)} tags")
+            if not units:
+                warnings.warn("empty sentence", f"{path} row {i}", "no characters (skipped)")
+                continue
+            tags = [names[t] for t in ids]
+            for t in tags:
+                self._check_tag(path, f"row {i}", t)
+            ex = {"id": str(row.get("guid", i)), "source": path, "row": i, "units": list(units), "tags": tags}
+            orphan_and_space_checks(ex, warnings)
+            examples.append(ex)
+        warnings.summary(path)
+        return examples
+
+    def score(self, outputs: list[list[str]], examples: list[dict]) -> dict[str, float]:
+        """KLUE's NER metrics on characters, whitespace left out: seqeval strict IOB2 entity F1
+        (macro, micro), character macro F1 over the 12 entity tags, and KLUE-baseline's variant
+        that also counts O."""
+        units = [ex["units"] for ex in examples]
+        golds = [ex["tags"] for ex in examples]
+        out = self._entity_scores(outputs, examples)
+        out["char_f1"] = metrics.ner_char_f1(outputs, golds, chars=units)
+        out["char_f1_with_o"] = metrics.ner_char_f1(outputs, golds, chars=units, include_o=True)
+        return out
