@@ -31,7 +31,8 @@ class KotuneModel(nn.Module):
 
     # Heads return a *mean* loss. Without this, Trainer sees forward(**inputs), assumes the loss is
     # a sum over num_items_in_batch and skips dividing by grad_accum and multiplies by the number
-    # of DDP processes: gradients (the effective learning rate) would scale with both.
+    # of DDP processes: gradients would scale with both (with AdamW: clipping bites earlier, SGD's
+    # step grows), and a 2-process run would no longer match one process at the same global batch.
     accepts_loss_kwargs = False
 
     def __init__(self, encoder: nn.Module, head_kind: str, head_kwargs: dict, *, frozen: bool = False,

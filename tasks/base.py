@@ -83,6 +83,11 @@ class Task:
     def prediction_records(self, outputs: list[Any], examples: list[dict]) -> list[dict]:
         return [{"id": ex["id"], "prediction": out} for out, ex in zip(outputs, examples)]
 
+    def write_outputs(self, run_dir: str, outputs: list[Any], examples: list[dict]) -> list[str]:
+        """Task-specific prediction files beside predictions.jsonl (QA: predictions.json for the
+        official scripts); returns the paths written."""
+        return []
+
     def encode_key(self) -> dict:
         """The task options that change encoding (part of the feature cache key)."""
         from omegaconf import OmegaConf
@@ -186,7 +191,12 @@ def fingerprint(obj: Any) -> str:
 
 def tokenizer_fingerprint(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    state = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        # truncation/padding are what the last call left behind, not the tokenizer's identity
+        state = json.dumps({k: v for k, v in state.items() if k not in ("truncation", "padding")}, sort_keys=True)
+    else:
+        state = json.dumps(tokenizer.get_vocab(), sort_keys=True)
     return hashlib.sha256(f"{type(tokenizer).__name__}|{state}".encode()).hexdigest()
 
 

@@ -12,6 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT))
+# As run.py does for the CLI (read when torch loads, so before any test imports it): idle OpenMP
+# threads sleep instead of spinning. On a shared CPU spinning threads stall each other: the hate
+# speech test took >15 min instead of 42 s on a busy 2-core machine.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def shared_path(rel: str) -> Path:

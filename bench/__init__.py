@@ -1,0 +1,1 @@
+"""Benchmarks: python bench/<name>.py (see each file\x27s docstring)."""
