@@ -300,6 +300,14 @@ def predict(trainer, b: Built, split: str) -> tuple[list, dict]:
     return outputs, speed
 
 
+def write_predictions(run_dir: str, b: Built, split: str, outputs: list) -> str:
+    """predictions.jsonl in input order, plus the task's own files (QA: predictions.json)."""
+    path = os.path.join(run_dir, "predictions.jsonl")
+    write_jsonl_atomic(path, b.task.prediction_records(outputs, b.splits[split].examples))
+    b.task.write_outputs(run_dir, outputs, b.splits[split].examples)
+    return path
+
+
 # ---- actions -------------------------------------------------------------------------------
 def action_train(cfg: DictConfig, run_dir: str) -> dict:
     with local_rank_zero_first():
@@ -322,9 +330,7 @@ def action_train(cfg: DictConfig, run_dir: str) -> dict:
         if cfg.save_model:
             b.model.save(os.path.join(run_dir, "model"), b.tokenizer)
         if cfg.save_predictions:
-            write_jsonl_atomic(os.path.join(run_dir, "predictions.jsonl"),
-                               b.task.prediction_records(outputs, b.splits["validation"].examples))
-            b.task.write_outputs(run_dir, outputs, b.splits["validation"].examples)
+            write_predictions(run_dir, b, "validation", outputs)
     return res
 
 
@@ -336,9 +342,7 @@ def action_eval(cfg: DictConfig, run_dir: str) -> dict:
     trainer = make_trainer(cfg, b, run_dir)
     outputs, speed = predict(trainer, b, "validation")
     if cfg.save_predictions:
-        write_jsonl_atomic(os.path.join(run_dir, "predictions.jsonl"),
-                           b.task.prediction_records(outputs, b.splits["validation"].examples))
-        b.task.write_outputs(run_dir, outputs, b.splits["validation"].examples)
+        write_predictions(run_dir, b, "validation", outputs)
     return {"n_eval": len(outputs), **b.model.param_counts(), **speed, "checkpoint": cfg.checkpoint,
             **b.model.mixer.report(), "cache": b.cache_report or {"status": "off"},
             "metrics": b.task.score(outputs, b.splits["validation"].examples),
@@ -352,9 +356,7 @@ def action_predict(cfg: DictConfig, run_dir: str) -> dict:
         b = build(cfg, ("predict",))
     trainer = make_trainer(cfg, b, run_dir)
     outputs, speed = predict(trainer, b, "predict")
-    path = os.path.join(run_dir, "predictions.jsonl")
-    write_jsonl_atomic(path, b.task.prediction_records(outputs, b.splits["predict"].examples))
-    b.task.write_outputs(run_dir, outputs, b.splits["predict"].examples)
+    path = write_predictions(run_dir, b, "predict", outputs)
     log(f"wrote {len(outputs)} predictions to {path}")
     return {"n_predict": len(outputs), **speed, "checkpoint": cfg.checkpoint, "metrics": {},
             "predictions_file": path, "data": {s: d.source for s, d in b.splits.items()}}
