@@ -334,13 +334,19 @@ def action_train(cfg: DictConfig, run_dir: str) -> dict:
     return res
 
 
-def action_eval(cfg: DictConfig, run_dir: str) -> dict:
+def predict_from_checkpoint(cfg: DictConfig, run_dir: str, split: str, usage: str) -> tuple[Built, list, dict]:
+    """Reload ``checkpoint=`` and predict one split (action=eval and action=predict)."""
     if not cfg.get("checkpoint"):
-        raise ConfigError("action=eval needs checkpoint=RUN_DIR (a directory written by action=train)")
+        raise ConfigError(usage)
     with local_rank_zero_first():
-        b = build(cfg, ("validation",))
-    trainer = make_trainer(cfg, b, run_dir)
-    outputs, speed = predict(trainer, b, "validation")
+        b = build(cfg, (split,))
+    outputs, speed = predict(make_trainer(cfg, b, run_dir), b, split)
+    return b, outputs, speed
+
+
+def action_eval(cfg: DictConfig, run_dir: str) -> dict:
+    b, outputs, speed = predict_from_checkpoint(
+        cfg, run_dir, "validation", "action=eval needs checkpoint=RUN_DIR (a directory written by action=train)")
     if cfg.save_predictions:
         write_predictions(run_dir, b, "validation", outputs)
     return {"n_eval": len(outputs), **b.model.param_counts(), **speed, "checkpoint": cfg.checkpoint,
@@ -350,12 +356,8 @@ def action_eval(cfg: DictConfig, run_dir: str) -> dict:
 
 
 def action_predict(cfg: DictConfig, run_dir: str) -> dict:
-    if not cfg.get("checkpoint"):
-        raise ConfigError("action=predict needs checkpoint=RUN_DIR and data.predict_file=FILE")
-    with local_rank_zero_first():
-        b = build(cfg, ("predict",))
-    trainer = make_trainer(cfg, b, run_dir)
-    outputs, speed = predict(trainer, b, "predict")
+    b, outputs, speed = predict_from_checkpoint(
+        cfg, run_dir, "predict", "action=predict needs checkpoint=RUN_DIR and data.predict_file=FILE")
     path = write_predictions(run_dir, b, "predict", outputs)
     log(f"wrote {len(outputs)} predictions to {path}")
     return {"n_predict": len(outputs), **speed, "checkpoint": cfg.checkpoint, "metrics": {},
