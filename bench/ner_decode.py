@@ -16,6 +16,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +57,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--out", default="/tmp/kotune_bench/ner_decode")
+    ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kotune_bench", "ner_decode"))
     args = ap.parse_args()
     if not DATA.exists():
         raise SystemExit(f"../shared absent ({DATA} not found)")
