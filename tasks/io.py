@@ -24,7 +24,8 @@ def sha256_of(path: str) -> str:
     return h.hexdigest()
 
 
-def _open_text(path: str):
+def open_text(path: str):
+    """Open a UTF-8 data file; a missing, unreadable or directory path is a DataError naming it."""
     if not os.path.exists(path):
         raise DataError(path, None, "file not found")
     if os.path.isdir(path):
@@ -46,7 +47,7 @@ def file_format(path: str, fmt: str | None = None) -> str:
 
 
 def read_json(path: str) -> Any:
-    with _open_text(path) as f:
+    with open_text(path) as f:
         try:
             return json.load(f)
         except json.JSONDecodeError as e:
@@ -72,8 +73,8 @@ def read_records(path: str, fmt: str | None = None) -> list[Record]:
         return out
     if fmt == "jsonl":
         out = []
-        with _open_text(path) as f:
-            for n, line in enumerate(_lines(path, f), 1):
+        with open_text(path) as f:
+            for n, line in enumerate(text_lines(path, f), 1):
                 if not line.strip():
                     continue
                 try:
@@ -85,8 +86,8 @@ def read_records(path: str, fmt: str | None = None) -> list[Record]:
                 out.append((str(n), row))
         return out
     delimiter = "\t" if fmt == "tsv" else ","
-    with _open_text(path) as f:
-        reader = csv.reader(_lines(path, f), delimiter=delimiter, quoting=csv.QUOTE_MINIMAL)
+    with open_text(path) as f:
+        reader = csv.reader(text_lines(path, f), delimiter=delimiter, quoting=csv.QUOTE_MINIMAL)
         try:
             header = next(reader)
         except StopIteration:
@@ -103,7 +104,8 @@ def read_records(path: str, fmt: str | None = None) -> list[Record]:
         return out
 
 
-def _lines(path: str, f) -> Iterator[str]:
+def text_lines(path: str, f) -> Iterator[str]:
+    """The lines of ``f``; bytes that are not UTF-8 become a DataError naming ``path``."""
     try:
         yield from f
     except UnicodeDecodeError:

@@ -151,7 +151,7 @@ def binary_f1_at(preds: list[float], golds: list[float], threshold: float = 3.0)
 # ---------------------------------------------------------------------------
 
 
-def _strict_iob2_entities(seq: Sequence[str], sent_id: int) -> set[tuple[int, str, int, int]]:
+def strict_iob2_entities(seq: Sequence[str], sent_id: int) -> set[tuple[int, str, int, int]]:
     """Entities as seqeval's ``Tokens(seq, IOB2).entities`` (strict mode).
 
     A chunk starts only at ``B-X`` and extends over the following ``I-X`` of
@@ -204,8 +204,8 @@ def ner_entity_f1(pred_tags: list[list[str]], gold_tags: list[list[str]]) -> dic
     for k, (p, g) in enumerate(zip(pred_tags, gold_tags)):
         if len(p) != len(g):
             raise ValueError(f"sentence {k}: {len(p)} predicted tags vs {len(g)} gold tags")
-        true_ents |= _strict_iob2_entities(g, k)
-        pred_ents |= _strict_iob2_entities(p, k)
+        true_ents |= strict_iob2_entities(g, k)
+        pred_ents |= strict_iob2_entities(p, k)
 
     def prf(tp: int, n_pred: int, n_true: int) -> float:
         # seqeval: precision/recall := 0 on zero division, F := 0 if P+R == 0

@@ -30,7 +30,7 @@ import numpy as np
 from tasks import metrics
 from tasks.base import EncodeSettings, Task
 from tasks.errors import ConfigError, DataError
-from tasks.io import _lines, _open_text
+from tasks.io import text_lines, open_text
 
 IGNORE = -100  # label of slots that are not scored; tasks/collate.py pads label lists with it
 DECODES = ("subword", "char")
@@ -190,7 +190,7 @@ def unit_tags(char_tags: list[str], lay: Layout) -> list[str]:
 def entity_spans(tags: list[str], keep: list[int]) -> set[tuple[str, int, int]]:
     """Strict IOB2 entities (as scored: over the kept units) as (type, first unit, last unit + 1)
     in unit indices; the same chunking as metrics.ner_entity_f1."""
-    chunks = metrics._strict_iob2_entities([tags[k] for k in keep], 0)
+    chunks = metrics.strict_iob2_entities([tags[k] for k in keep], 0)
     return {(typ, keep[i], keep[j - 1] + 1) for _, typ, i, j in chunks}
 
 
@@ -233,8 +233,8 @@ class TokenTask(Task):
             units.clear()
             tags.clear()
 
-        with _open_text(path) as f:
-            for n, raw in enumerate(_lines(path, f), 1):
+        with open_text(path) as f:
+            for n, raw in enumerate(text_lines(path, f), 1):
                 line = raw.rstrip("\r\n")
                 if not line.strip() and "\t" not in line:
                     close()
@@ -499,8 +499,8 @@ class NerTask(TokenTask):
                 examples.append(cur)
             cur = None
 
-        with _open_text(path) as f:
-            for n, raw in enumerate(_lines(path, f), 1):
+        with open_text(path) as f:
+            for n, raw in enumerate(text_lines(path, f), 1):
                 line = raw.rstrip("\r\n")
                 if line.startswith("##"):
                     close()
