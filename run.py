@@ -23,14 +23,11 @@ from tasks import build_task
 from tasks.base import EncodeSettings, Split, Task, encode_cached, fingerprint, load_splits
 from tasks.errors import ConfigError, KotuneError
 from tasks.io import write_json_atomic, write_jsonl_atomic
+from tasks.log import log
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 GROUPS = ("task", "model", "mode", "train", "data")
 UNK_WARN_RATE = 0.05
-
-
-def log(msg: str) -> None:
-    print(f"[kotune] {msg}", flush=True)
 
 
 # ---- building blocks -----------------------------------------------------------------------
@@ -205,7 +202,7 @@ def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
     features = {}
     for split, data in splits.items():
         log(f"encoding {split}: {len(data.examples)} examples")
-        features[split] = encode_cached(task, data.examples, tokenizer, settings, cfg.cache_dir, log=log)
+        features[split] = encode_cached(task, data.examples, tokenizer, settings, cfg.cache_dir)
     built = Built(task, splits, tokenizer, model, features, max_length)
     if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint")):
         use_frozen_cache(cfg, built)
@@ -380,7 +377,7 @@ def action_ceiling(cfg: DictConfig, run_dir: str) -> dict:
     config = build_config(cfg.model, len(tokenizer))
     settings = EncodeSettings(max_length=resolve_max_length(requested_max_length(cfg), config),
                               token_type_ids=uses_token_type_ids(config))
-    features = encode_cached(task, examples, tokenizer, settings, cfg.cache_dir, log=log)
+    features = encode_cached(task, examples, tokenizer, settings, cfg.cache_dir)
     metrics, report = task.ceiling(features, examples)
     for line in report.get("lines", []):
         log(line)

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-IGNORE = -100
+from tasks.collate import IGNORE
+
 MASKED = -1.0e4  # a logit no real position reaches; finite, so fp16/bf16 stay finite
 
 

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-IGNORE = -100
+from tasks.collate import IGNORE
+
 
 
 def tagging_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

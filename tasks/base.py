@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from tasks.errors import ConfigError, DataError
 from tasks.io import load_hub_split, sha256_of
+from tasks.log import log
 
 SAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -204,7 +205,7 @@ ENCODE_VERSION = 1  # bump when an encoder's output changes, to invalidate cache
 
 
 def encode_cached(task: Task, examples: list[dict], tokenizer, settings: EncodeSettings,
-                  cache_dir: str | None, log=print):
+                  cache_dir: str | None):
     """Tokenize once: features are stored on disk keyed by examples, tokenizer and settings."""
     import datasets
 

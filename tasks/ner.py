@@ -29,18 +29,15 @@ import numpy as np
 
 from tasks import metrics
 from tasks.base import EncodeSettings, Task
+from tasks.collate import IGNORE
 from tasks.errors import ConfigError, DataError
 from tasks.io import text_lines, open_text
+from tasks.log import log
 
-IGNORE = -100  # label of slots that are not scored; tasks/collate.py pads label lists with it
 DECODES = ("subword", "char")
 LABEL_SUBWORDS = ("first", "all")
 MAX_WARNINGS = 5  # per kind and file; the rest are counted in one summary line
 BIO = re.compile(r"^(O|[BI]-\S+)$")
-
-
-def log(msg: str) -> None:
-    print(f"[kotune] {msg}", flush=True)
 
 
 def continuation(tag: str) -> str:

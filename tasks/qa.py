@@ -22,18 +22,15 @@ import numpy as np
 from tasks import metrics
 from tasks.base import MODEL_INPUTS, EncodeSettings, Task
 from tasks.errors import ConfigError, DataError, KotuneError
+from tasks.log import warn
+from tasks.collate import IGNORE
 from tasks.io import read_json, read_records, write_json_atomic
 
-IGNORE = -100
 HIGH, LOW = 1.0e3, -1.0e3  # synthetic logits of the ceiling: gold vs everything else
 CHAR_INPUTS = ("char_token_index", "char_in_token")
 DECODE_ONLY = ("n_best", "max_answer_length", "null_threshold", "write_nbest", "metric",
                "main_metric", "greater_is_better", "max_length")  # max_length reaches encode via settings
 SHOW_IDS = 5
-
-
-def warn(msg: str) -> None:
-    print(f"[kotune] warning: {msg}", flush=True)
 
 
 def _some(ids: list[str]) -> str:
