@@ -14,7 +14,8 @@ import platform
 import sys
 import time
 import warnings
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -25,6 +26,19 @@ from tasks.errors import ConfigError, KotuneError
 from tasks.io import write_json_atomic, write_jsonl_atomic
 from tasks.log import log
 
+def default_learning_rate(frozen: bool, init: str, recipe: float) -> float:
+    """``train.learning_rate``'s default (conf/train/default.yaml): a head's rate when only a head
+    trains (``mode=frozen``), a rate at which a randomly initialised encoder leaves the majority
+    class (``model.init=random``; 5e-5 does not: measured on hate speech, 34 % vs 57.5 % at 5e-4),
+    else the task's recipe."""
+    if frozen:
+        return 1.0e-3
+    if init == "random":
+        return 5.0e-4
+    return float(recipe)
+
+
+OmegaConf.register_new_resolver("kotune_lr", default_learning_rate, replace=True)
 CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 GROUPS = ("task", "model", "mode", "train", "data")
 UNK_WARN_RATE = 0.05
@@ -107,7 +121,12 @@ def local_rank_zero_first():
         yield
 
 
-def training_arguments(cfg: DictConfig, run_dir: str, task: Task, do_eval: bool):
+def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do_eval: bool,
+                       steps_per_epoch: int | None = None, main_metric: str | None = None,
+                       greater_is_better: bool = True):
+    """``cfg.train`` → ``TrainingArguments``. ``train.select_best`` (needs ``do_eval``) evaluates
+    ``train.evals_per_epoch`` times per epoch and keeps the checkpoint with the best
+    ``main_metric``; checkpoints otherwise follow ``train.save_strategy``."""
     import torch
     from transformers import TrainingArguments
 
@@ -120,6 +139,17 @@ def training_arguments(cfg: DictConfig, run_dir: str, task: Task, do_eval: bool)
         raise ConfigError("train.precision=fp16 needs a CUDA GPU (autocast with a loss scaler); "
                           "on CPU use bf16 or fp32")
     workers = dataloader_workers(t)
+    eval_strategy = str(t.eval_strategy) if do_eval else "no"
+    save_strategy, save_steps, eval_steps, best = str(t.save_strategy), int(t.get("save_steps", 500)), None, {}
+    if t.get("select_best"):
+        if not do_eval:
+            raise ConfigError("train.select_best=true needs a validation split to select on")
+        evals = max(1, int(t.get("evals_per_epoch", 4)))
+        eval_steps = max(1, (steps_per_epoch or 1) // evals)
+        eval_strategy = save_strategy = "steps"
+        save_steps = eval_steps
+        best = {"load_best_model_at_end": True, "metric_for_best_model": main_metric,
+                "greater_is_better": greater_is_better}
     return TrainingArguments(
         output_dir=os.path.join(run_dir, "checkpoints"),
         learning_rate=float(t.learning_rate),
@@ -134,12 +164,16 @@ def training_arguments(cfg: DictConfig, run_dir: str, task: Task, do_eval: bool)
         bf16=precision == "bf16",
         fp16=precision == "fp16",
         torch_compile=bool(t.get("compile", False)),
-        eval_strategy=str(t.eval_strategy) if do_eval else "no",
-        save_strategy=str(t.save_strategy),
+        eval_strategy=eval_strategy,
+        eval_steps=eval_steps,
+        save_strategy=save_strategy,
+        save_steps=save_steps,
+        save_total_limit=t.get("save_total_limit"),
+        **best,
         logging_steps=int(t.logging_steps),
         report_to="none",
         remove_unused_columns=False,  # features carry only model inputs; ids stay outside
-        label_names=list(task.label_fields),
+        label_names=list(label_names),
         train_sampling_strategy="group_by_length" if t.group_by_length else "random",
         use_cpu=cpu_only(),
         dataloader_num_workers=workers,
@@ -148,6 +182,81 @@ def training_arguments(cfg: DictConfig, run_dir: str, task: Task, do_eval: bool)
         ddp_find_unused_parameters=bool(cfg.mode.frozen) or None,
         disable_tqdm=not sys.stderr.isatty() and os.environ.get("KOTUNE_PROGRESS", "1") == "0",
     )
+
+
+# ---- loading: one path for every action ------------------------------------------------------
+@dataclass
+class Encoder:
+    """What an action needs to encode text for a model: the tokenizer, the encoder's config and
+    length, and either a trained model (``checkpoint=``) or a fresh encoder (or neither: weights
+    not needed, as for the ceiling)."""
+
+    tokenizer: Any
+    config: Any
+    max_length: int
+    token_type_ids: bool
+    model: Any = None      # KotuneModel from a checkpoint
+    encoder: Any = None    # a fresh encoder (pretrained or random) from cfg.model
+
+
+def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] | None,
+                      weights: bool = True) -> Encoder:
+    """Tokenizer + encoder from ``checkpoint=`` (everything as saved) or from ``cfg.model``."""
+    from heads.encoder import build_config, load_encoder, load_tokenizer, uses_token_type_ids
+
+    if cfg.get("checkpoint"):
+        from transformers import AutoTokenizer
+
+        from heads.model import KotuneModel
+
+        model_dir = checkpoint_model_dir(cfg.checkpoint)
+        model = KotuneModel.load(model_dir)
+        if task is not None and model.meta.get("max_length") and requested_max_length(cfg) != model.meta["max_length"] \
+                and cfg.action != "embed":
+            log(f"warning: checkpoint {cfg.checkpoint} was trained with max_length={model.meta['max_length']}; "
+                f"using it (requested {requested_max_length(cfg)})")
+        return Encoder(AutoTokenizer.from_pretrained(model_dir), model.encoder.config,
+                       int(model.meta.get("max_length", requested_max_length(cfg))),
+                       bool(model.meta.get("token_type_ids", uses_token_type_ids(model.encoder.config))),
+                       model=model, encoder=model.encoder)
+    log("loading tokenizer")
+    texts = list(texts) if texts is not None else None
+    tokenizer = load_tokenizer(cfg.model, texts=texts, cache_dir=cfg.cache_dir)
+    if texts:
+        warn_unknown_hangul(tokenizer, texts)
+    encoder = None
+    if weights:
+        log(f"building encoder ({cfg.model.init}: {cfg.model.name_or_path or cfg.model.name})")
+        encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed))
+    config = encoder.config if encoder is not None else build_config(cfg.model, len(tokenizer))
+    return Encoder(tokenizer, config, resolve_max_length(requested_max_length(cfg), config),
+                   uses_token_type_ids(config), encoder=encoder)
+
+
+def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
+    """The requested task, with the options the checkpoint's model depends on taken from what was
+    saved (``Task.saved_options``): a different head is an error, an encoding difference a warning
+    (the saved value is used). Another task that fits (an NLI model on a text_pair file) is fine."""
+    saved_head = meta.get("head")
+    if saved_head and saved_head != task.head:  # e.g. QA's task.decode=char needs the span_char head
+        raise ConfigError(f"checkpoint {checkpoint} has a '{saved_head}' head; task {task.name} with these "
+                          f"options needs '{task.head}' (use the task options it was trained with)")
+    saved = meta.get("task_options") or {}
+    changes = {}
+    for option, policy in task.saved_options.items():
+        if option not in saved or saved[option] == task.cfg.get(option):
+            continue
+        if policy == "error":
+            raise ConfigError(f"task.{option}={task.cfg.get(option)}: checkpoint {checkpoint} was trained with "
+                              f"task.{option}={saved[option]}, which gives a different model")
+        log(f"warning: checkpoint {checkpoint} was trained with task.{option}={saved[option]}; using it "
+            f"(requested {task.cfg.get(option)})")
+        changes[option] = saved[option]
+    if changes:
+        cfg = OmegaConf.to_container(task.cfg, resolve=True)
+        task = type(task)(OmegaConf.create({**cfg, **changes}))
+    task.labels = meta.get("labels", task.labels)
+    return task
 
 
 class Built:
@@ -162,51 +271,47 @@ class Built:
 
 
 def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
-    from heads.encoder import load_encoder, load_tokenizer, uses_token_type_ids
+    """Task, splits, encoder side (fresh or ``checkpoint=``), the model and encoded features."""
     from heads.model import KotuneModel
 
+    seed_everything(int(cfg.train.seed))
     task = build_task(cfg.task)
-    seed = int(cfg.train.seed)
     if cfg.get("checkpoint"):
-        model_dir = checkpoint_model_dir(cfg.checkpoint)
-        model = KotuneModel.load(model_dir)
-        if model.head_kind != task.head:  # e.g. QA's task.decode=char needs the span_char head
-            raise ConfigError(f"checkpoint {cfg.checkpoint} has a '{model.head_kind}' head; task {task.name} "
-                              f"with these options needs '{task.head}' (use the task options it was trained with)")
-        task.labels = model.meta.get("labels", task.labels)
-        splits = load_splits(task, cfg.data, need, seed)
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        max_length = int(model.meta.get("max_length", requested_max_length(cfg)))
+        loaded = load_encoder_side(cfg, task, None)
+        task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_kind}, cfg.checkpoint)
+        splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
+        model = loaded.model
     else:
-        splits = load_splits(task, cfg.data, need, seed)
+        splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
         if "train" in splits:
             task.fit_labels(splits["train"].examples)
-            if hasattr(task, "check_labels") and "validation" in splits:
-                task.check_labels(splits["validation"].examples, str(splits["validation"].source))
+            if "validation" in splits:
+                task.check_labels(splits["validation"].examples, splits["validation"].path)
         first = splits.get("train") or next(iter(splits.values()))
-        log("loading tokenizer")
-        tokenizer = load_tokenizer(cfg.model, texts=task.training_texts(first.examples),
-                                   cache_dir=cfg.cache_dir)
-        warn_unknown_hangul(tokenizer, task.training_texts(first.examples))
-        log(f"building encoder ({cfg.model.init}: {cfg.model.name_or_path or cfg.model.name})")
-        encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=seed)
-        max_length = resolve_max_length(requested_max_length(cfg), encoder.config)
+        loaded = load_encoder_side(cfg, task, task.training_texts(first.examples))
         head_kwargs = dict(task.head_kwargs(), dropout=float(cfg.train.head_dropout))
-        meta = {"task": task.name, "labels": task.labels, "max_length": max_length,
-                "token_type_ids": uses_token_type_ids(encoder.config), "model": cfg.model.name}
-        model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
+        meta = {"task": task.name, "labels": task.labels, "max_length": loaded.max_length,
+                "token_type_ids": loaded.token_type_ids, "model": cfg.model.name,
+                "task_options": {k: task.cfg.get(k) for k in task.saved_options}}
+        model = KotuneModel(loaded.encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
                             layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"))
-    settings = EncodeSettings(max_length=max_length, token_type_ids=bool(model.meta["token_type_ids"]))
+    settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
     features = {}
     for split, data in splits.items():
         log(f"encoding {split}: {len(data.examples)} examples")
-        features[split] = encode_cached(task, data.examples, tokenizer, settings, cfg.cache_dir)
-    built = Built(task, splits, tokenizer, model, features, max_length)
+        features[split] = encode_cached(task, data.examples, loaded.tokenizer, settings, cfg.cache_dir)
+    built = Built(task, splits, loaded.tokenizer, model, features, loaded.max_length)
     if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint")):
         use_frozen_cache(cfg, built)
     return built
+
+
+def seed_everything(seed: int) -> None:
+    """Before anything is built (heads, random encoders, dropout): two runs of one config are
+    identical, pretrained encoder or not, as HF's examples call ``set_seed`` first."""
+    from transformers import set_seed
+
+    set_seed(seed)
 
 
 def use_frozen_cache(cfg: DictConfig, b: Built) -> None:
@@ -221,16 +326,7 @@ def use_frozen_cache(cfg: DictConfig, b: Built) -> None:
                              float(cfg.mode.get("cache_max_gb", 20)), int(cfg.train.eval_batch_size))
     identity = {"model": b.model.meta.get("model"), "tokenizer": tokenizer_fingerprint(b.tokenizer),
                 "max_length": b.max_length}
-    b.inputs, b.cache_report = cached_inputs(b.model, b.inputs, identity, settings, name=b.task.name, log=log)
-
-
-def feature_report(b: Built, train_seconds: float | None) -> dict:
-    """For results.json: the layers and pooling the head read (learned scalar-mix weights too),
-    the frozen cache, and encoder time against head-training time."""
-    log(b.model.mixer.describe_mix())
-    return {**b.model.mixer.report(), "pooling": getattr(b.model.head, "pooling", None),
-            "cache": b.cache_report or {"status": "off"}, "encode_s": b.cache_report.get("encode_s"),
-            "head_train_s": train_seconds}
+    b.inputs, b.cache_report = cached_inputs(b.model, b.inputs, identity, settings, name=b.task.name)
 
 
 def checkpoint_model_dir(path: str) -> str:
@@ -240,21 +336,74 @@ def checkpoint_model_dir(path: str) -> str:
     raise KotuneError(f"checkpoint={path}: no saved model there (expected {path}/model/kotune.json)")
 
 
+# ---- training ----------------------------------------------------------------------------------
+COMPLETE = "kotune_complete.json"  # written last into a checkpoint: its absence marks a cut-short save
+
+
 def trainer_class():
+    import safetensors.torch
     from torch.utils.data import SequentialSampler
     from transformers import Trainer
 
     class KotuneTrainer(Trainer):
-        """Trainer whose evaluation keeps input order.
+        """Trainer with kotune's evaluation order, optimizer groups and checkpoints.
 
-        transformers 5 reuses the *training* length-grouped sampler (random megabatches) for
-        evaluation and prediction when ``train_sampling_strategy="group_by_length"``, which
-        silently permutes predictions against their examples."""
+        - Evaluation keeps input order: transformers 5 reuses the *training* length-grouped
+          sampler (random megabatches) for evaluation and prediction when
+          ``train_sampling_strategy="group_by_length"``, which permutes predictions.
+        - The scalar mix gets its own learning rate (``train.mix_learning_rate``).
+        - Checkpoints hold only what trains (a frozen encoder is not saved again), end with a
+          completion marker carrying the running loss sum (exact ``train_loss`` after a resume),
+          and load with the encoder's keys allowed missing."""
+
+        mix_learning_rate: float | None = None
 
         def _get_eval_sampler(self, eval_dataset):
             if eval_dataset is None or self.args.world_size > 1:
                 return None  # distributed: accelerate shards sequentially and gathers in order
             return SequentialSampler(eval_dataset)
+
+        def create_optimizer(self, model=None):
+            model = self.model if model is None else model
+            mix = [p for n, p in model.named_parameters() if n.startswith("mixer.") and p.requires_grad]
+            if self.optimizer is not None or not mix or self.mix_learning_rate is None:
+                return super().create_optimizer(model)
+            decay = set(self.get_decay_parameter_names(model))
+            rest = [(n, p) for n, p in model.named_parameters() if p.requires_grad and not n.startswith("mixer.")]
+            groups = [{"params": [p for n, p in rest if n in decay], "weight_decay": self.args.weight_decay},
+                      {"params": [p for n, p in rest if n not in decay], "weight_decay": 0.0},
+                      {"params": mix, "weight_decay": 0.0, "lr": float(self.mix_learning_rate)}]
+            optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+            self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
+            return self.optimizer
+
+        def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+            if state_dict is None and getattr(self.model, "frozen", False):
+                state_dict = {k: v for k, v in self.model.state_dict().items() if not k.startswith("encoder.")}
+            super()._save(output_dir, state_dict=state_dict)
+
+        def _save_checkpoint(self, model, trial) -> None:
+            super()._save_checkpoint(model, trial)
+            if self.args.should_save:
+                folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+                loss_sum = self._total_loss_scalar + float(self._tr_loss.item())
+                write_json_atomic(os.path.join(folder, COMPLETE),
+                                  {"step": self.state.global_step, "loss_sum": loss_sum,
+                                   "config": getattr(self, "kotune_config", None)})
+
+        def _load_state(self, directory: str) -> None:
+            state = safetensors.torch.load_file(os.path.join(directory, "model.safetensors"))
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            allowed = getattr(self.model, "frozen", False)
+            if unexpected or any(not (allowed and k.startswith("encoder.")) for k in missing):
+                raise KotuneError(f"{directory}: checkpoint does not fit this model "
+                                  f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+        def _load_from_checkpoint(self, resume_from_checkpoint, model=None) -> None:
+            self._load_state(resume_from_checkpoint)
+
+        def _load_best_model(self) -> None:
+            self._load_state(self.state.best_model_checkpoint)
 
     return KotuneTrainer
 
@@ -266,7 +415,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str):
     task = b.task
     val = b.features.get("validation")
     train = b.features.get("train")
-    do_eval = val is not None and train is not None and cfg.train.eval_strategy != "no"
+    do_eval = val is not None and train is not None and (cfg.train.eval_strategy != "no" or cfg.train.get("select_best"))
     val_order = length_order(val) if do_eval else None  # sorted batches, as in predict()
 
     def compute_metrics(p) -> dict:
@@ -274,16 +423,81 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str):
         return task.score(task.decode(predictions, val, b.splits["validation"].examples),
                           b.splits["validation"].examples)
 
-    return Trainer(
+    steps_per_epoch = None
+    if train is not None:
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        steps_per_epoch = max(1, math.ceil(len(train) / (int(cfg.train.batch_size) * world)) // int(cfg.train.grad_accum))
+    trainer = Trainer(
         model=b.model,
-        args=training_arguments(cfg, run_dir, task, do_eval),
+        args=training_arguments(cfg, run_dir, list(b.model.head.label_fields), do_eval, steps_per_epoch,
+                                task.main_metric, task.greater_is_better),
         train_dataset=b.inputs.get("train"),
         eval_dataset=in_order(b.inputs["validation"], val_order) if do_eval else None,
         data_collator=make_collator(b.tokenizer, cfg),
         compute_metrics=compute_metrics if do_eval else None,
     )
+    trainer.mix_learning_rate = cfg.train.get("mix_learning_rate")
+    trainer.kotune_config = resume_identity(cfg)
+    return trainer
 
 
+# ---- resume ------------------------------------------------------------------------------------
+RESUME_IGNORES = ("train.resume", "train.logging_steps", "train.save_total_limit", "train.eval_batch_size",
+                  "train.dataloader_num_workers", "save_model", "save_predictions", "keep_going_on_bugs")
+
+
+def resume_identity(cfg: DictConfig) -> dict:
+    """The resolved config that a checkpoint must match to be resumed from, flattened."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    flat = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            flat[prefix[:-1]] = node
+
+    walk(plain, "")
+    return {k: v for k, v in flat.items() if not k.startswith(RESUME_IGNORES)}
+
+
+def find_resume_checkpoint(cfg: DictConfig, run_dir: str) -> tuple[str | None, dict]:
+    """``train.resume``: auto → the newest complete ``checkpoints/checkpoint-N`` of this run
+    directory (a save cut short by a kill is skipped with a warning); never; or a PATH."""
+    mode = str(cfg.train.get("resume", "auto"))
+    if mode == "never":
+        return None, {}
+    if mode != "auto":
+        if not os.path.exists(os.path.join(mode, COMPLETE)):
+            raise ConfigError(f"train.resume={mode}: not a complete kotune checkpoint (no {COMPLETE})")
+        candidates = [mode]
+    else:
+        root = os.path.join(run_dir, "checkpoints")
+        names = os.listdir(root) if os.path.isdir(root) else []
+        steps = sorted((int(n.split("-")[1]) for n in names if n.startswith("checkpoint-") and n.split("-")[1].isdigit()),
+                       reverse=True)
+        candidates = [os.path.join(root, f"checkpoint-{s}") for s in steps]
+    for path in candidates:
+        try:
+            with open(os.path.join(path, COMPLETE), encoding="utf-8") as f:
+                marker = json.load(f)
+        except (OSError, ValueError):
+            log(f"warning: {path} is incomplete (cut short while saving?): skipped")
+            continue
+        saved, now = marker.get("config") or {}, resume_identity(cfg)
+        differ = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+        if differ:
+            shown = ", ".join(f"{k} ({saved.get(k)!r} → {now.get(k)!r})" for k in differ[:5])
+            raise ConfigError(f"cannot resume from {path}: the config differs in {shown}"
+                              f"{' …' if len(differ) > 5 else ''}; use train.resume=never to start over "
+                              "(or another hydra.run.dir)")
+        return path, marker
+    return None, {}
+
+
+# ---- prediction and reports --------------------------------------------------------------------
 def predict(trainer, b: Built, split: str) -> tuple[list, dict]:
     """Predict in batches sorted by length (little padding), then restore the input order:
     decoders read features row by row (QA windows per example), so they see the original order."""
@@ -305,79 +519,104 @@ def write_predictions(run_dir: str, b: Built, split: str, outputs: list) -> str:
     return path
 
 
+REPORT_KEYS = ("n_train", "n_eval", "n_predict", "trainable_params", "total_params", "head_params", "mix_params",
+               "max_length", "layers", "indices", "scalar_mix", "pooling", "cache", "encode_s",
+               "head_train_s", "train_samples_per_second", "train_loss", "eval_samples_per_second",
+               "checkpoint", "resumed_from", "best_step", "metrics_last", "predictions_file", "metrics", "data")
+
+
+def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: list, speed: dict, **extra) -> dict:
+    """The one results.json body of train, eval and predict: every key always present (None where
+    it does not apply), so tables can be built over any mix of runs."""
+    log(b.model.mixer.describe_mix())
+    scored = split == "validation"
+    report = dict.fromkeys(REPORT_KEYS)
+    report.update(
+        {f"n_{'eval' if s == 'validation' else s}": len(d.examples) for s, d in b.splits.items()},
+        **b.model.param_counts(), **b.model.mixer.report(), max_length=b.max_length,
+        pooling=getattr(b.model.head, "pooling", None), cache=b.cache_report or {"status": "off"},
+        encode_s=b.cache_report.get("encode_s"), **speed, checkpoint=cfg.get("checkpoint"),
+        metrics=b.task.score(outputs, b.splits[split].examples) if scored else {},
+        data={s: d.source for s, d in b.splits.items()})
+    if cfg.save_predictions or split == "predict":
+        if int(os.environ.get("RANK", 0)) == 0:
+            report["predictions_file"] = write_predictions(run_dir, b, split, outputs)
+    report.update(extra)
+    unknown = set(report) - set(REPORT_KEYS)
+    assert not unknown, f"results keys outside REPORT_KEYS: {unknown}"  # one schema for every action
+    return report
+
+
 # ---- actions -------------------------------------------------------------------------------
 def action_train(cfg: DictConfig, run_dir: str) -> dict:
     with local_rank_zero_first():
         b = build(cfg, ("train", "validation"))
     trainer = make_trainer(cfg, b, run_dir)
-    res = {"n_train": len(b.splits["train"].examples), "n_eval": len(b.splits["validation"].examples),
-           **{k: v for k, v in b.model.param_counts().items()}, "max_length": b.max_length,
-           "data": {s: d.source for s, d in b.splits.items()}}
-    log(f"training: {res['n_train']} examples, {res['trainable_params']:,} trainable parameters")
-    train_out = trainer.train()
-    res["train_samples_per_second"] = train_out.metrics.get("train_samples_per_second")
-    res["train_loss"] = train_out.metrics.get("train_loss")
-    if not math.isfinite(res["train_loss"] if res["train_loss"] is not None else 0.0):
-        raise KotuneError(f"training diverged: loss is {res['train_loss']}")
-    res.update(feature_report(b, train_out.metrics.get("train_runtime")))
+    log(f"training: {len(b.splits['train'].examples)} examples, "
+        f"{b.model.param_counts()['trainable_params']:,} trainable parameters")
+    resume_from, marker = find_resume_checkpoint(cfg, run_dir)
+    if resume_from:
+        with open(os.path.join(resume_from, "trainer_state.json"), encoding="utf-8") as f:
+            total = json.load(f).get("max_steps", "?")
+        log(f"resume: from {os.path.basename(resume_from)} of {total}")
+    train_out = trainer.train(resume_from_checkpoint=resume_from)
+    train_loss = train_out.metrics.get("train_loss")
+    if resume_from and train_loss is not None:  # Trainer averages only the steps after the resume
+        done = int(marker["step"])
+        train_loss = (train_loss * (trainer.state.global_step - done) + marker["loss_sum"]) / trainer.state.global_step
+    if not math.isfinite(train_loss if train_loss is not None else 0.0):
+        raise KotuneError(f"training diverged: loss is {train_loss}")
+    best = {}
+    if cfg.train.get("select_best"):
+        last = [h for h in trainer.state.log_history if f"eval_{b.task.main_metric}" in h]
+        best = {"best_step": trainer.state.best_global_step,
+                "metrics_last": {k[5:]: v for k, v in last[-1].items()
+                                 if k.startswith("eval_") and isinstance(v, (int, float))
+                                 and k[5:] not in ("loss", "runtime", "samples_per_second", "steps_per_second")}
+                if last else None}
     log("evaluating")
     outputs, speed = predict(trainer, b, "validation")
-    res.update(speed, metrics=b.task.score(outputs, b.splits["validation"].examples))
-    if trainer.is_world_process_zero():
-        if cfg.save_model:
-            b.model.save(os.path.join(run_dir, "model"), b.tokenizer)
-        if cfg.save_predictions:
-            write_predictions(run_dir, b, "validation", outputs)
+    res = run_report(cfg, run_dir, b, "validation", outputs, speed, train_loss=train_loss,
+                     train_samples_per_second=train_out.metrics.get("train_samples_per_second"),
+                     head_train_s=train_out.metrics.get("train_runtime"),
+                     resumed_from=int(marker["step"]) if resume_from else None, **best)
+    if trainer.is_world_process_zero() and cfg.save_model:
+        b.model.save(os.path.join(run_dir, "model"), b.tokenizer)
     return res
 
 
-def predict_from_checkpoint(cfg: DictConfig, run_dir: str, split: str, usage: str) -> tuple[Built, list, dict]:
+def predict_from_checkpoint(cfg: DictConfig, run_dir: str, split: str, usage: str) -> dict:
     """Reload ``checkpoint=`` and predict one split (action=eval and action=predict)."""
     if not cfg.get("checkpoint"):
         raise ConfigError(usage)
     with local_rank_zero_first():
         b = build(cfg, (split,))
     outputs, speed = predict(make_trainer(cfg, b, run_dir), b, split)
-    return b, outputs, speed
+    return run_report(cfg, run_dir, b, split, outputs, speed)
 
 
 def action_eval(cfg: DictConfig, run_dir: str) -> dict:
-    b, outputs, speed = predict_from_checkpoint(
+    return predict_from_checkpoint(
         cfg, run_dir, "validation", "action=eval needs checkpoint=RUN_DIR (a directory written by action=train)")
-    if cfg.save_predictions:
-        write_predictions(run_dir, b, "validation", outputs)
-    return {"n_eval": len(outputs), **b.model.param_counts(), **speed, "checkpoint": cfg.checkpoint,
-            **b.model.mixer.report(), "cache": b.cache_report or {"status": "off"},
-            "metrics": b.task.score(outputs, b.splits["validation"].examples),
-            "data": {s: d.source for s, d in b.splits.items()}}
 
 
 def action_predict(cfg: DictConfig, run_dir: str) -> dict:
-    b, outputs, speed = predict_from_checkpoint(
+    res = predict_from_checkpoint(
         cfg, run_dir, "predict", "action=predict needs checkpoint=RUN_DIR and data.predict_file=FILE")
-    path = write_predictions(run_dir, b, "predict", outputs)
-    log(f"wrote {len(outputs)} predictions to {path}")
-    return {"n_predict": len(outputs), **speed, "checkpoint": cfg.checkpoint, "metrics": {},
-            "predictions_file": path, "data": {s: d.source for s, d in b.splits.items()}}
+    log(f"wrote {res['n_predict']} predictions to {res['predictions_file']}")
+    return res
 
 
 def action_ceiling(cfg: DictConfig, run_dir: str) -> dict:
     """Gold labels through the exact encoding and decoding: the best score this tokenizer and
     these settings allow. Needs a tokenizer (and the model's config for its position limit),
     no weights."""
-    from heads.encoder import build_config, load_tokenizer, uses_token_type_ids
-
     task = build_task(cfg.task)
-    if not hasattr(task, "ceiling"):
-        raise ConfigError(f"task {task.name} has no pipeline ceiling (it has no alignment to lose)")
     splits = load_splits(task, cfg.data, ("validation",), int(cfg.train.seed))
     examples = splits["validation"].examples
-    tokenizer = load_tokenizer(cfg.model, texts=task.training_texts(examples), cache_dir=cfg.cache_dir)
-    warn_unknown_hangul(tokenizer, task.training_texts(examples))
-    config = build_config(cfg.model, len(tokenizer))
-    settings = EncodeSettings(max_length=resolve_max_length(requested_max_length(cfg), config),
-                              token_type_ids=uses_token_type_ids(config))
-    features = encode_cached(task, examples, tokenizer, settings, cfg.cache_dir)
+    loaded = load_encoder_side(cfg, task, task.training_texts(examples), weights=False)
+    settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
+    features = encode_cached(task, examples, loaded.tokenizer, settings, cfg.cache_dir)
     metrics, report = task.ceiling(features, examples)
     for line in report.get("lines", []):
         log(line)
@@ -389,40 +628,31 @@ def action_ceiling(cfg: DictConfig, run_dir: str) -> dict:
 def action_embed(cfg: DictConfig, run_dir: str) -> dict:
     """Contextual embeddings of ``embed.input`` with ``mode.layers`` and ``mode.pooling``, from a
     checkpoint (its trained scalar mix when the layer choice matches) or the configured encoder;
-    ``embed.target`` adds that word's vectors in context, layer by layer (tasks/embed.py)."""
-    from heads.encoder import load_encoder, load_tokenizer, uses_token_type_ids
-    from heads.feature_cache import pooled_vectors, token_vectors_by_layer
+    ``embed.target`` adds that word's vectors in context, layer by layer (tasks/embed.py for the
+    text side, heads/embed.py for the vectors)."""
+    from heads.embed import pooled_vectors, token_vectors_by_layer
     from heads.layers import LayerMixer, check_pooling, parse_layers
     from tasks import embed
 
     if not cfg.embed.get("input"):
         raise ConfigError("action=embed needs embed.input=FILE (one text per line, or CSV/JSONL with embed.column)")
-    rows = embed.read_texts(str(cfg.embed.input), str(cfg.embed.column), cfg.embed.get("format"), log=log)
+    rows = embed.read_texts(str(cfg.embed.input), str(cfg.embed.column), cfg.embed.get("format"))
     texts = [text for _, text in rows]
-    pooling, head_pooling = check_pooling(cfg.mode.get("pooling")), None
-    if cfg.get("checkpoint"):
-        from transformers import AutoTokenizer
-
-        from heads.model import KotuneModel
-
-        source = checkpoint_model_dir(cfg.checkpoint)
-        model = KotuneModel.load(source)
-        tokenizer, encoder = AutoTokenizer.from_pretrained(source), model.encoder
-        max_length, head_pooling = int(model.meta.get("max_length", cfg.train.max_length)), model.head_kwargs.get("pooling")
-    else:
-        source = cfg.model.name_or_path or cfg.model.name
-        tokenizer = load_tokenizer(cfg.model, texts=texts, cache_dir=cfg.cache_dir)
-        encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed))
-        max_length = resolve_max_length(int(cfg.train.max_length), encoder.config)
+    seed_everything(int(cfg.train.seed))
+    loaded = load_encoder_side(cfg, None, texts)
+    tokenizer, encoder, model = loaded.tokenizer, loaded.encoder, loaded.model
+    source = cfg.checkpoint if model is not None else (cfg.model.name_or_path or cfg.model.name)
+    max_length = loaded.max_length if model is not None else resolve_max_length(int(cfg.train.max_length), loaded.config)
     spec = parse_layers(cfg.mode.get("layers", "last"), int(encoder.config.num_hidden_layers))
-    mixer = model.mixer if cfg.get("checkpoint") and model.mixer.spec == spec else LayerMixer(spec)
-    pooling = pooling or head_pooling or "cls"
-    features, offsets, truncated = embed.encode_texts(texts, tokenizer, max_length, uses_token_type_ids(encoder.config))
+    mixer = model.mixer if model is not None and model.mixer.spec == spec else LayerMixer(spec)
+    head_pooling = model.head_kwargs.get("pooling") if model is not None else None
+    pooling = check_pooling(cfg.mode.get("pooling")) or head_pooling or "cls"
+    features, offsets, truncated = embed.encode_texts(texts, tokenizer, max_length, loaded.token_type_ids)
     if any(truncated):
         log(f"embed: {sum(truncated)} text(s) cut at {max_length} tokens (train.max_length)")
     log(f"embedding {len(texts)} texts: {mixer.describe_mix()}, {pooling} pooling")
     started = time.time()
-    vectors = pooled_vectors(encoder, mixer, features, pooling, batch_size=int(cfg.train.eval_batch_size), log=log)
+    vectors = pooled_vectors(encoder, mixer, features, pooling, batch_size=int(cfg.train.eval_batch_size))
     lengths = [len(ids) for ids in features["input_ids"]]
     res = {"n_texts": len(texts), "dim": int(vectors.shape[1]), "encoder": str(source), **mixer.report(),
            "pooling": pooling, "max_length": max_length, "n_truncated": sum(truncated),
@@ -431,9 +661,9 @@ def action_embed(cfg: DictConfig, run_dir: str) -> dict:
     log(f"wrote {vectors.shape[0]} × {vectors.shape[1]} embeddings to {res['embeddings_file']}")
     if cfg.embed.get("target"):
         target = str(cfg.embed.target)
-        found = embed.find_target(target, texts, offsets, log=log)
+        found = embed.find_target(target, texts, offsets)
         per_layer = token_vectors_by_layer(encoder, features, [(o.row, o.tokens) for o in found],
-                                           batch_size=int(cfg.train.eval_batch_size), log=log)
+                                           batch_size=int(cfg.train.eval_batch_size))
         table = embed.cosine_by_layer(per_layer)
         for line in embed.cosine_lines(target, table):
             log(line)
@@ -486,12 +716,17 @@ def execute(cfg: DictConfig, run_dir: str) -> dict:
     except KotuneError as e:
         results.update(status="failed", error=str(e), error_type=type(e).__name__)
     except Exception as e:  # noqa: BLE001 - a failed job still leaves a results file behind
-        results.update(status="failed", error=f"{type(e).__name__}: {e}", error_type=type(e).__name__)
-        if not cfg.get("keep_going_on_bugs", True):
-            raise
         import traceback
 
-        results["traceback"] = traceback.format_exc()
+        if not cfg.get("keep_going_on_bugs", True):
+            raise
+        trace = os.path.join(run_dir, "traceback.txt")
+        with open(trace, "w", encoding="utf-8") as f:
+            f.write(traceback.format_exc())
+        first = str(e).splitlines()[0] if str(e) else ""
+        results.update(status="failed", traceback=trace, error_type=type(e).__name__,
+                       error=f"{type(e).__name__}: {first} (a bug, not your input? traceback in {trace}; "
+                             "keep_going_on_bugs=false raises it)")
     results["runtime_s"] = round(time.time() - started, 3)
     metrics = results.get("metrics") or {}
     results["main_score"] = metrics.get(cfg.task.main_metric)

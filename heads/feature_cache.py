@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from tasks.errors import ConfigError
+from tasks.log import log
 
 CACHE_VERSION = 1
 DTYPES = {"float16": np.float16, "float32": np.float32}
@@ -197,7 +198,7 @@ StatesFn = Callable[..., torch.Tensor]
 
 
 def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size: int, device,
-                log: Callable[[str], None], what: str) -> Iterator[tuple[list[int], torch.Tensor]]:
+                what: str) -> Iterator[tuple[list[int], torch.Tensor]]:
     """Run ``states_fn`` (ids, mask, token types → a batch-first tensor, e.g. [B, T, K, H]) over
     ``features`` in length-sorted batches, no grad; yields each batch's row indices and output
     (float32, on the CPU). Logs progress."""
@@ -224,7 +225,7 @@ def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size:
 
 
 def _build(states_fn: StatesFn, features, path: str, key: str, parts: dict, lengths: np.ndarray,
-           shape: tuple[int, int], settings: CacheSettings, pad_token_id: int, device, log, what: str) -> None:
+           shape: tuple[int, int], settings: CacheSettings, pad_token_id: int, device, what: str) -> None:
     from tasks.io import write_json_atomic
 
     tmp = f"{path}.tmp{os.getpid()}"
@@ -235,7 +236,7 @@ def _build(states_fn: StatesFn, features, path: str, key: str, parts: dict, leng
     store = np.lib.format.open_memmap(states_path, mode="w+", dtype=DTYPES[settings.dtype],
                                       shape=(int(offsets[-1]), *shape))
     for rows, states in iter_states(states_fn, features, pad_token_id=pad_token_id,
-                                    batch_size=settings.batch_size, device=device, log=log, what=what):
+                                    batch_size=settings.batch_size, device=device, what=what):
         for j, i in enumerate(rows):
             store[offsets[i]: offsets[i + 1]] = states[j, : lengths[i]].numpy()
     store.flush()
@@ -251,8 +252,8 @@ def _build(states_fn: StatesFn, features, path: str, key: str, parts: dict, leng
     os.replace(tmp, path)
 
 
-def cached_inputs(model, inputs: dict, identity: dict, settings: CacheSettings, *, name: str,
-                  log: Callable[[str], None] = print) -> tuple[dict[str, CachedInputs], dict]:
+def cached_inputs(model, inputs: dict, identity: dict, settings: CacheSettings, *,
+                  name: str) -> tuple[dict[str, CachedInputs], dict]:
     """Cache ``model.layer_states`` for every split in ``inputs`` (``datasets.Dataset`` of model
     columns) and return datasets that feed them to ``model.forward(layer_states=...)``.
 
@@ -312,7 +313,7 @@ def cached_inputs(model, inputs: dict, identity: dict, settings: CacheSettings, 
                                           "cache_dir=ELSEWHERE or mode.cache=false")
                     model.to(device)
                     _build(model.layer_states, features, path, key, parts, lengths, shape, settings,
-                           pad_id, device, log, what=f"frozen cache {split}")
+                           pad_id, device, what=f"frozen cache {split}")
             store = FeatureStore(path)
             out[split] = CachedInputs(features, store)
             seconds = time.time() - started
@@ -329,53 +330,3 @@ def cached_inputs(model, inputs: dict, identity: dict, settings: CacheSettings, 
     statuses = {s["status"] == "hit" for s in report["splits"].values()}
     report["status"] = "hit" if statuses == {True} else "miss" if statuses == {False} else "partial"
     return out, report
-
-
-# ---- action=embed ------------------------------------------------------------------------------
-def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *, batch_size: int,
-                   log: Callable[[str], None] = print) -> np.ndarray:
-    """One vector per row: ``mode.layers`` through ``mixer``, then ``pooling`` (cls | mean)."""
-    from heads.layers import pool
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    encoder.to(device).eval()
-    mixer.to(device)
-
-    def vectors(ids, mask, token_types):
-        return pool(mixer(mixer.states(encoder, ids, mask, token_types)), mask, pooling)
-
-    out = np.zeros((len(features), int(encoder.config.hidden_size)), dtype=np.float32)
-    pad_id = getattr(encoder.config, "pad_token_id", None) or 0
-    for rows, batch in iter_states(vectors, features, pad_token_id=pad_id, batch_size=batch_size,
-                                   device=device, log=log, what="embedding"):
-        out[rows] = batch.numpy()
-    return out
-
-
-def token_vectors_by_layer(encoder: torch.nn.Module, features, picks: list[tuple[int, list[int]]], *,
-                           batch_size: int, log: Callable[[str], None] = print) -> np.ndarray:
-    """For each ``(row, token indices)`` pick, the mean of those tokens' states in every layer
-    (embeddings first): [len(picks), L + 1, H]."""
-    from heads.layers import LayerMixer, parse_layers
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    encoder.to(device).eval()
-    every_layer = LayerMixer(parse_layers("scalar_mix", int(encoder.config.num_hidden_layers)))
-    rows = sorted({row for row, _ in picks})
-    position = {row: k for k, row in enumerate(rows)}
-    picks_of: dict[int, list[int]] = {}  # subset position → indices into picks
-    for n, (row, _) in enumerate(picks):
-        picks_of.setdefault(position[row], []).append(n)
-    out = np.zeros((len(picks), every_layer.spec.stored, int(encoder.config.hidden_size)), dtype=np.float32)
-    pad_id = getattr(encoder.config, "pad_token_id", None) or 0
-
-    def all_layers(ids, mask, token_types):
-        return every_layer.states(encoder, ids, mask, token_types)
-
-    for batch_rows, batch in iter_states(all_layers, features.select(rows), pad_token_id=pad_id,
-                                         batch_size=batch_size, device=device, log=log,
-                                         what="target word states"):
-        for j, k in enumerate(batch_rows):  # reduce per batch: [T, L+1, H] per row adds up fast
-            for n in picks_of[k]:
-                out[n] = batch[j, picks[n][1]].mean(0).numpy()
-    return out

@@ -7,13 +7,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from heads.layers import check_pooling, pool
+from tasks.base import LABEL_FIELDS
 
 
 class SequenceHead(nn.Module):
     """[CLS] state → dense → tanh → dropout → out, as BERT's pooler-plus-classifier does.
     ``pooling="mean"`` (``mode.pooling``) reads the masked mean of the real tokens instead."""
 
-    label_fields = ("labels",)
+    label_fields = LABEL_FIELDS["sequence"]
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, pooling: str = "cls"):
         super().__init__()

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from tasks.base import LABEL_FIELDS
 from tasks.collate import IGNORE
 
 MASKED = -1.0e4  # a logit no real position reaches; finite, so fp16/bf16 stay finite
@@ -42,7 +43,7 @@ def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positi
 class SpanHead(nn.Module):
     """Token states → (start logits, end logits) over the window's tokens."""
 
-    label_fields = ("start_positions", "end_positions")
+    label_fields = LABEL_FIELDS["span"]
 
     def __init__(self, hidden_size: int, dropout: float = 0.1):
         super().__init__()
@@ -62,7 +63,7 @@ class CharSpanHead(nn.Module):
     """Token states + each character's place in its token → (start, end) logits over the
     window's character slots (slot 0 = [CLS])."""
 
-    label_fields = ("start_positions", "end_positions")
+    label_fields = LABEL_FIELDS["span_char"]
 
     def __init__(self, hidden_size: int, max_token_chars: int = 32, dropout: float = 0.1):
         super().__init__()

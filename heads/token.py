@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from tasks.base import LABEL_FIELDS
 from tasks.collate import IGNORE
 
 
@@ -28,7 +29,7 @@ def tagging_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class TokenHead(nn.Module):
     """Each token state → dropout → linear → tag logits, shape (batch, tokens, labels)."""
 
-    label_fields = ("labels",)
+    label_fields = LABEL_FIELDS["token"]
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
         super().__init__()
@@ -49,7 +50,7 @@ class CharTokenHead(nn.Module):
     token gets its tag) and learns where characters differ (B- → I- after the first, a particle
     at the end back to O). Logits shape (batch, characters, labels)."""
 
-    label_fields = ("labels",)
+    label_fields = LABEL_FIELDS["token_char"]
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, max_char_positions: int = 16):
         super().__init__()

@@ -21,6 +21,14 @@ from tasks.log import log
 
 SAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# The task↔head contract, defined once: the batch keys that carry each head kind's labels. Heads
+# read their ``label_fields`` from here, tasks encode these columns, and Trainer's ``label_names``
+# come from the head.
+LABEL_FIELDS: dict[str, tuple[str, ...]] = {
+    "sequence": ("labels",), "pair": ("labels",),
+    "token": ("labels",), "token_char": ("labels",),
+    "span": ("start_positions", "end_positions"), "span_char": ("start_positions", "end_positions"),
+}
 
 
 @dataclass
@@ -29,6 +37,12 @@ class Split:
 
     examples: list[dict]
     source: dict[str, Any]
+
+    @property
+    def path(self) -> str:
+        """Where the split came from, for messages: the file, or the hub dataset and split."""
+        s = self.source
+        return str(s.get("file") or f"{s.get('hub')}/{s.get('name')}:{s.get('split')}")
 
 
 @dataclass
@@ -42,7 +56,10 @@ class Task:
     """Base class; subclasses fill in reading, encoding, decoding and scoring."""
 
     head: str = "sequence"
-    label_fields: tuple[str, ...] = ("labels",)
+    # task options a trained model depends on, saved with it and compared on reload (action=eval,
+    # predict): "error" where another value gives a different model (refuse), "saved" where the
+    # saved value is used with a warning (the model was trained to see that encoding)
+    saved_options: dict[str, str] = {}
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
@@ -61,8 +78,15 @@ class Task:
     def fit_labels(self, train: list[dict]) -> None:
         """Tasks whose label set comes from the training data set it here."""
 
+    def check_labels(self, examples: list[dict], path: str) -> None:
+        """Tasks whose label set comes from the training data check other splits against it."""
+
     def training_texts(self, examples: list[dict]) -> Iterable[str]:
         raise NotImplementedError
+
+    @property
+    def label_fields(self) -> tuple[str, ...]:
+        return LABEL_FIELDS[self.head]
 
     # ---- model side ----------------------------------------------------------------------
     def head_kwargs(self) -> dict:
@@ -81,6 +105,13 @@ class Task:
     def score(self, outputs: list[Any], examples: list[dict]) -> dict[str, float]:
         raise NotImplementedError
 
+    def ceiling(self, features, examples: list[dict]) -> tuple[dict[str, float], dict]:
+        """Gold labels through encoding and decoding: (metrics, report); tasks with an alignment
+        that can lose information override it."""
+        from tasks.errors import ConfigError
+
+        raise ConfigError(f"task {self.name} has no pipeline ceiling (it has no alignment to lose)")
+
     def prediction_records(self, outputs: list[Any], examples: list[dict]) -> list[dict]:
         return [{"id": ex["id"], "prediction": out} for out, ex in zip(outputs, examples)]
 
@@ -94,7 +125,7 @@ class Task:
         from omegaconf import OmegaConf
 
         cfg = OmegaConf.to_container(self.cfg, resolve=True)
-        return {k: v for k, v in cfg.items() if k not in ("main_metric", "greater_is_better")}
+        return {k: v for k, v in cfg.items() if k not in ("main_metric", "greater_is_better", "recipe")}
 
     def describe(self) -> dict:
         return {"name": self.name, "head": self.head, "labels": self.labels,

@@ -20,6 +20,8 @@ from tasks.io import field, read_records
 class ClassificationTask(Task):
     """[CLS] classification (``num_labels`` > 1) or regression (``task.regression: true``)."""
 
+    saved_options = {"regression": "error"}  # a regression head is not a classifier
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.regression = bool(cfg.get("regression", False))

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from tasks.errors import DataError, KotuneError
 from tasks.io import field, read_records, write_json_atomic, write_jsonl_atomic
+from tasks.log import log
 
 
 @dataclass
@@ -24,8 +24,7 @@ class Occurrence:
     tokens: list[int]
 
 
-def read_texts(path: str, column: str = "text", fmt: str | None = None,
-               log: Callable[[str], None] = print) -> list[tuple[str, str]]:
+def read_texts(path: str, column: str = "text", fmt: str | None = None) -> list[tuple[str, str]]:
     """``(where, text)`` pairs: one text per line of a .txt file (blank lines skipped), or the
     ``column`` of a CSV/TSV/JSON/JSONL file."""
     fmt = fmt or ("txt" if os.path.splitext(path)[1].lower() in (".txt", "") else None)
@@ -64,8 +63,7 @@ def encode_texts(texts: list[str], tokenizer, max_length: int, token_type_ids: b
     return datasets.Dataset.from_dict(dict(enc)), offsets, truncated
 
 
-def find_target(target: str, texts: list[str], offsets: list[list[tuple[int, int]]],
-                log: Callable[[str], None] = print) -> list[Occurrence]:
+def find_target(target: str, texts: list[str], offsets: list[list[tuple[int, int]]]) -> list[Occurrence]:
     """Every appearance of ``target`` with the (sub)word tokens that overlap it; appearances cut
     off by max_length are skipped with a warning."""
     found, cut = [], 0

@@ -196,6 +196,8 @@ class TokenTask(Task):
     """Generic token classification (``token_cls``): CoNLL-style files, tag per word or character."""
 
     head = "token"
+    # decode picks the head; how units are joined and which subwords carry labels shape its input
+    saved_options = {"decode": "error", "join": "saved", "label_subwords": "saved"}
 
     def __init__(self, cfg):
         super().__init__(cfg)

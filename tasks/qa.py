@@ -40,7 +40,8 @@ def _some(ids: list[str]) -> str:
 class QATask(Task):
     """Extractive QA over SQuAD-shaped data; see the module docstring."""
 
-    label_fields = ("start_positions", "end_positions")
+    # decode picks the head; the window layout is what the model learned to read
+    saved_options = {"decode": "error", "doc_stride": "saved", "max_question_length": "saved"}
 
     def __init__(self, cfg):
         super().__init__(cfg)

@@ -149,7 +149,7 @@ def test_cached_and_uncached_give_the_same_logits(head, kwargs, layers, pooling,
         data = data.remove_columns("labels").rename_column("tags", "labels")
     data = data.select_columns(["input_ids", "attention_mask", "token_type_ids", *model.head.label_fields])
     cached, report = cached_inputs(model, {"train": data}, {"t": 1}, CacheSettings(str(tmp_path), dtype),
-                                   name="t", log=lambda m: None)
+                                   name="t")
     assert report["splits"]["train"]["status"] == "miss"
     collate = DynamicPaddingCollator(0, 8)
     rows = [4, 0, 6]  # one batch, different lengths, not in stored order
