@@ -157,7 +157,9 @@ def load_encoder(model_cfg: DictConfig, vocab_size: int | None, seed: int) -> to
     if init == "random":
         torch.manual_seed(seed)
         return AutoModel.from_config(config, **extra)
-    return _from_hub_or_cache(AutoModel, model_cfg.name_or_path, config=config,
+    # fp32 whatever the checkpoint was saved in (a bf16 save would otherwise load as bf16 and meet
+    # fp32 heads): precision is train.precision's business (autocast)
+    return _from_hub_or_cache(AutoModel, model_cfg.name_or_path, config=config, dtype=torch.float32,
                               revision=model_cfg.get("revision"), **extra)
 
 

@@ -1,0 +1,109 @@
+"""The task↔head contract, checked for every registered task: the head kind's label fields are
+defined once (tasks.base.LABEL_FIELDS), the task encodes exactly the columns its head reads, and a
+collated batch of real features trains the head. Plus: one results.json schema for every action."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import compose
+
+TOKEN_FIXTURE = "서울\tB-LC\n에\tO\n갔다\tO\n\n김\tB-PS\n철수\tI-PS\n왔다\tO\n"
+SAMPLE_COLUMNS = {"text_pair": ["data.text_column=question1", "data.text_pair_column=question2"]}  # its README
+
+
+def sample_train_file(task_name: str, tmp_path) -> str:
+    from tasks.base import sample_file
+    from tasks.errors import ConfigError
+
+    try:
+        return sample_file(compose([f"task={task_name}"]).task, "train")
+    except ConfigError:  # tasks that read any user file ship no sample: a hand-written one
+        path = tmp_path / "train.conll"
+        path.write_text(TOKEN_FIXTURE * 3, encoding="utf-8")
+        return str(path)
+
+
+def registered_tasks() -> list[str]:
+    from tasks import TASKS
+
+    return sorted(TASKS)
+
+
+@pytest.mark.parametrize("task_name", registered_tasks())
+def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
+    import torch
+
+    from heads import HEADS
+    from heads.encoder import load_encoder, load_tokenizer
+    from heads.model import KotuneModel
+    from tasks import build_task
+    from tasks.base import LABEL_FIELDS, EncodeSettings
+    from tasks.collate import DynamicPaddingCollator
+
+    cfg = compose([f"task={task_name}", "model=tiny", f"cache_dir={cache_dir}", *SAMPLE_COLUMNS.get(task_name, [])])
+    task = build_task(cfg.task)
+    examples = task.read_file(sample_train_file(task_name, tmp_path))
+    task.fit_labels(examples)
+    assert task.label_fields == LABEL_FIELDS[task.head]
+    assert HEADS[task.head].label_fields == LABEL_FIELDS[task.head], "the head reads other label keys"
+    tokenizer = load_tokenizer(cfg.model, texts=list(task.training_texts(examples)), cache_dir=cache_dir)
+    features = task.encode(examples, tokenizer, EncodeSettings(max_length=256, token_type_ids=True))
+    columns = task.model_columns(features)
+    assert set(task.label_fields) <= set(columns), "training features lack the head's labels"
+    encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=0)
+    model = KotuneModel(encoder, task.head, task.head_kwargs())
+    batch = DynamicPaddingCollator(tokenizer.pad_token_id, 1)([features.select_columns(columns)[i]
+                                                               for i in range(min(4, len(features)))])
+    out = model(**batch)  # every column the task sends is an input the head takes, or a label
+    assert "loss" in out and math.isfinite(float(out["loss"].detach()))
+    out["loss"].backward()
+    assert any(p.grad is not None and torch.any(p.grad != 0) for p in model.head.parameters())
+
+
+def test_train_eval_and_predict_write_one_schema(run_job, tmp_path):
+    from run import REPORT_KEYS
+
+    trained = run_job(["task=nli", "model=tiny", "data=sample", "train.max_steps=3"], "train")
+    evaluated = run_job(["task=nli", "model=tiny", "data=sample", "action=eval",
+                         f"checkpoint={tmp_path / 'train'}"], "eval")
+    predicted = run_job(["task=nli", "model=tiny", "data=sample", "action=predict",
+                         f"checkpoint={tmp_path / 'train'}",
+                         "data.predict_file=" + sample_train_file("nli", tmp_path).replace("train.", "dev.")], "predict")
+    for res in (trained, evaluated, predicted):
+        assert res["status"] == "ok", res.get("error")
+        assert set(REPORT_KEYS) <= res.keys()
+    assert trained.keys() == evaluated.keys() == predicted.keys()
+    assert evaluated["max_length"] == trained["max_length"] and evaluated["pooling"] == trained["pooling"]
+    assert evaluated["metrics"] == pytest.approx(trained["metrics"])
+    assert predicted["n_predict"] and predicted["predictions_file"]
+
+
+def test_checkpoint_options_error_or_saved(run_job, tmp_path):
+    trained = run_job(["task=ner", "model=tiny", "data=sample", "train.max_steps=2"], "train")
+    assert trained["status"] == "ok", trained.get("error")
+    ckpt = f"checkpoint={tmp_path / 'train'}"
+    other_head = run_job(["task=ner", "model=tiny", "data=sample", "action=eval", ckpt, "task.decode=char"], "e1")
+    assert other_head["status"] == "failed" and "head" in other_head["error"]
+    saved = run_job(["task=ner", "model=tiny", "data=sample", "action=eval", ckpt, "task.label_subwords=all"], "e2")
+    assert saved["status"] == "ok", saved.get("error")
+    assert saved["metrics"] == pytest.approx(trained["metrics"])  # the saved label_subwords was used
+
+
+def test_an_unexpected_error_leaves_its_traceback_in_the_run_dir(tmp_path, monkeypatch):
+    import json
+
+    import run
+
+    def boom(cfg, run_dir):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setitem(run.ACTIONS, "train", boom)
+    res = run.execute(compose(["task=nli", "model=tiny", "data=sample"]), str(tmp_path / "job"))
+    assert res["status"] == "failed" and "kaboom" in res["error"] and "traceback.txt" in res["error"]
+    assert "RuntimeError: kaboom" in (tmp_path / "job" / "traceback.txt").read_text()
+    assert json.loads((tmp_path / "job" / "results.json").read_text())["traceback"].endswith("traceback.txt")
+    with pytest.raises(RuntimeError):
+        run.execute(compose(["task=nli", "model=tiny", "data=sample", "keep_going_on_bugs=false"]),
+                    str(tmp_path / "job2"))
