@@ -555,15 +555,22 @@ def action_train(cfg: DictConfig, run_dir: str) -> dict:
     log(f"training: {len(b.splits['train'].examples)} examples, "
         f"{b.model.param_counts()['trainable_params']:,} trainable parameters")
     resume_from, marker = find_resume_checkpoint(cfg, run_dir)
+    total = None
     if resume_from:
         with open(os.path.join(resume_from, "trainer_state.json"), encoding="utf-8") as f:
-            total = json.load(f).get("max_steps", "?")
+            total = json.load(f).get("max_steps")
         log(f"resume: from {os.path.basename(resume_from)} of {total}")
-    train_out = trainer.train(resume_from_checkpoint=resume_from)
-    train_loss = train_out.metrics.get("train_loss")
-    if resume_from and train_loss is not None:  # Trainer averages only the steps after the resume
-        done = int(marker["step"])
-        train_loss = (train_loss * (trainer.state.global_step - done) + marker["loss_sum"]) / trainer.state.global_step
+    if resume_from and total and int(marker["step"]) >= int(total):
+        # training had finished: Trainer would run one step more than asked when resumed there
+        trainer._load_from_checkpoint(resume_from)
+        trainer.state.global_step = int(marker["step"])
+        train_metrics, train_loss = {}, marker["loss_sum"] / int(marker["step"])
+    else:
+        train_metrics = trainer.train(resume_from_checkpoint=resume_from).metrics
+        train_loss = train_metrics.get("train_loss")
+        if resume_from and train_loss is not None:  # Trainer averages only the steps after the resume
+            done = int(marker["step"])
+            train_loss = (train_loss * (trainer.state.global_step - done) + marker["loss_sum"]) / trainer.state.global_step
     if not math.isfinite(train_loss if train_loss is not None else 0.0):
         raise KotuneError(f"training diverged: loss is {train_loss}")
     best = {}
@@ -577,8 +584,8 @@ def action_train(cfg: DictConfig, run_dir: str) -> dict:
     log("evaluating")
     outputs, speed = predict(trainer, b, "validation")
     res = run_report(cfg, run_dir, b, "validation", outputs, speed, train_loss=train_loss,
-                     train_samples_per_second=train_out.metrics.get("train_samples_per_second"),
-                     head_train_s=train_out.metrics.get("train_runtime"),
+                     train_samples_per_second=train_metrics.get("train_samples_per_second"),
+                     head_train_s=train_metrics.get("train_runtime"),
                      resumed_from=int(marker["step"]) if resume_from else None, **best)
     if trainer.is_world_process_zero() and cfg.save_model:
         b.model.save(os.path.join(run_dir, "model"), b.tokenizer)

@@ -1,0 +1,92 @@
+"""Interrupted runs resume where they stopped: a run killed (SIGKILL) after a checkpoint, run
+again with the same command, continues from that checkpoint and ends exactly where an
+uninterrupted run ends; a save cut short is skipped; a changed config refuses to resume."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+STEPS = 40
+
+
+def command(run_dir: Path, cache: str, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "run.py"), "task=nli", "model=tiny", "data=sample", f"cache_dir={cache}",
+            f"train.max_steps={STEPS}", "train.batch_size=8", "train.save_strategy=steps", "train.save_steps=5",
+            "train.save_total_limit=3", "train.logging_steps=5", f"hydra.run.dir={run_dir}", *extra]
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KOTUNE_PROGRESS="0")
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+
+def results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, cache_dir):
+    reference = run(command(tmp_path / "ref", cache_dir))
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    ref = results(tmp_path / "ref")
+
+    run_dir = tmp_path / "killed"
+    env = dict(os.environ, KOTUNE_PROGRESS="0")
+    proc = subprocess.Popen(command(run_dir, cache_dir), cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if list((run_dir / "checkpoints").glob("checkpoint-*/kotune_complete.json")):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before a checkpoint could be interrupted"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / "results.json").exists() or results(run_dir)["status"] != "ok"
+    complete = sorted(int(p.parent.name.split("-")[1])
+                      for p in (run_dir / "checkpoints").glob("checkpoint-*/kotune_complete.json"))
+    # a save cut short by the kill: a newer checkpoint without its completion marker
+    partial = run_dir / "checkpoints" / f"checkpoint-{STEPS - 1}"
+    partial.mkdir(exist_ok=True)
+    (partial / "model.safetensors").write_bytes(b"\0" * 100)
+
+    again = run(command(run_dir, cache_dir))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"checkpoint-{STEPS - 1} is incomplete" in again.stdout
+    assert f"resume: from checkpoint-{complete[-1]} of {STEPS}" in again.stdout
+    res = results(run_dir)
+    assert res["resumed_from"] == complete[-1] > 0
+    assert res["train_loss"] == pytest.approx(ref["train_loss"], abs=1e-6)
+    assert res["metrics"] == pytest.approx(ref["metrics"], abs=1e-6)
+
+    changed = run(command(run_dir, cache_dir, "train.learning_rate=1e-3"))
+    assert changed.returncode == 1
+    assert "train.learning_rate" in changed.stderr and "train.resume=never" in changed.stderr
+    fresh = run(command(run_dir, cache_dir, "train.learning_rate=1e-3", "train.resume=never"))
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert results(run_dir)["resumed_from"] is None
+
+
+def test_frozen_checkpoints_hold_the_head_and_resume_on_the_cache(run_job, tmp_path):
+    from safetensors.torch import load_file
+
+    job = ["task=nli", "model=tiny", "data=sample", "mode=frozen", "train.max_steps=4", "train.save_strategy=steps",
+           "train.save_steps=2"]
+    first = run_job(job, "job")
+    assert first["status"] == "ok", first.get("error")
+    saved = load_file(str(tmp_path / "job" / "checkpoints" / "checkpoint-4" / "model.safetensors"))
+    assert saved and not any(k.startswith("encoder.") for k in saved)
+    again = run_job(job, "job")  # the same run dir: resumes from checkpoint-4, nothing left to train
+    assert again["status"] == "ok", again.get("error")
+    assert again["resumed_from"] == 4 and again["cache"]["status"] == "hit"
+    assert again["metrics"] == pytest.approx(first["metrics"])
+    assert again["train_loss"] == pytest.approx(first["train_loss"], abs=1e-6)
