@@ -39,6 +39,9 @@ def default_learning_rate(frozen: bool, init: str, recipe: float) -> float:
 
 
 OmegaConf.register_new_resolver("kotune_lr", default_learning_rate, replace=True)
+# the scalar mix's default rate: never slower than the rest, at least 1e-3 (at fine-tuning's 5e-5 its
+# weights barely leave uniform: 0.086 vs 0.077 after 2,344 NLI steps; 0.42 at 1e-3)
+OmegaConf.register_new_resolver("kotune_mix_lr", lambda lr: max(float(lr), 1.0e-3), replace=True)
 CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 GROUPS = ("task", "model", "mode", "train", "data")
 UNK_WARN_RATE = 0.05
