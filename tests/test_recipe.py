@@ -99,3 +99,19 @@ def test_the_scalar_mix_has_its_own_learning_rate(cache_dir, tmp_path):
     assert len(groups) == 1 and groups[0]["lr"] == pytest.approx(0.05)
     assert {id(p) for p in groups[0]["params"]} == mix
     assert all(g["lr"] == pytest.approx(cfg.train.learning_rate) for g in optimizer.param_groups if g is not groups[0])
+
+
+@pytest.mark.slow
+def test_the_readme_demo_learns_at_the_default_rate(tmp_path):
+    """``python run.py task=text_cls model=tiny data=hate_speech train.max_steps=500``: a random
+    encoder at its default rate (5e-4) leaves the majority class (40.1 %), with no Hydra warning."""
+    from conftest import run_cli, shared_path
+
+    shared_path("data/hate-speech/train.tsv")
+    proc = run_cli(["task=text_cls", "model=tiny", "data=hate_speech", "train.max_steps=500",
+                    f"hydra.run.dir={tmp_path}"], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "version_base" not in proc.stderr and "could not discover" not in proc.stderr.lower()
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["config"]["train"]["learning_rate"] == pytest.approx(5e-4)
+    assert res["metrics"]["accuracy"] >= 40.1 + 10
