@@ -184,7 +184,7 @@ def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
         if "train" in splits:
             task.fit_labels(splits["train"].examples)
             if hasattr(task, "check_labels") and "validation" in splits:
-                task.check_labels(splits["validation"].examples, str(splits["validation"].source))
+                task.check_labels(splits["validation"].examples, splits["validation"].where)
         first = splits.get("train") or next(iter(splits.values()))
         log("loading tokenizer")
         tokenizer = load_tokenizer(cfg.model, texts=task.training_texts(first.examples),

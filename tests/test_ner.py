@@ -225,7 +225,9 @@ def test_reads_hub_rows_by_label_name():
 @pytest.mark.parametrize("body, line, what", [
     ("## s1\tx\n서\tB-LC\textra\n", 2, "3 tab-separated columns, expected 2"),
     ("## s1\tx\n서\tB-LC\n울\tI-XX\n", 3, "unknown tag 'I-XX'"),
-    ("## s1\tx\n서\n", 2, "1 tab-separated columns, expected 2"),
+    ("## s1\tx\n서\n", 2, "no tag"),  # a CHAR-only line: no longer a one-column mismatch
+    ("## s1\tx\n서\tB-LC\n울\t\n", 3, "no tag"),
+    ("## s1\tx\n서\tB-LC\n \n울\tO\n", 3, "no tag"),  # a space without its tag, not a sentence break
 ])
 def test_bad_rows_are_one_line_errors_naming_file_and_line(tmp_path, body, line, what):
     path = write(tmp_path, body)
