@@ -396,6 +396,8 @@ class TokenTask(Task):
                                          f"{token_col}, tag column {tag_col})") from None
             if not tag:
                 raise DataError(path, n, f"no tag (tag column {tag_col} is empty)")
+            if " " in tag:
+                raise DataError(path, n, f"tag {tag!r} holds spaces: one sentence per line? set task.layout=sentence")
             if not unit or (self.join and unit.isspace()):
                 raise DataError(path, n, f"empty unit {unit!r}")
             units.append(unit)
