@@ -289,7 +289,7 @@ def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
         if "train" in splits:
             task.fit_labels(splits["train"].examples)
             if "validation" in splits:
-                task.check_labels(splits["validation"].examples, splits["validation"].path)
+                task.check_labels(splits["validation"].examples, splits["validation"].where)
         first = splits.get("train") or next(iter(splits.values()))
         loaded = load_encoder_side(cfg, task, task.training_texts(first.examples))
         head_kwargs = dict(task.head_kwargs(), dropout=float(cfg.train.head_dropout))

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from omegaconf import DictConfig
 
 from tasks.errors import ConfigError, DataError
-from tasks.io import load_hub_split, sha256_of
+from tasks.io import ReadOptions, load_hub_split, sha256_of
 from tasks.log import log
 
 SAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples")
@@ -39,10 +39,12 @@ class Split:
     source: dict[str, Any]
 
     @property
-    def path(self) -> str:
-        """Where the split came from, for messages: the file, or the hub dataset and split."""
-        s = self.source
-        return str(s.get("file") or f"{s.get('hub')}/{s.get('name')}:{s.get('split')}")
+    def where(self) -> str:
+        """The file (or hub dataset and split) the examples came from, for messages."""
+        src = self.source
+        if src.get("file"):
+            return str(src["file"])
+        return f"{src.get('hub', '?')}/{src.get('name')}:{src.get('split')}"
 
 
 @dataclass
@@ -67,9 +69,12 @@ class Task:
         self.main_metric: str = cfg.main_metric
         self.greater_is_better: bool = bool(cfg.get("greater_is_better", True))
         self.labels: list[str] | None = list(cfg.labels) if cfg.get("labels") else None
+        self.reading = ReadOptions()  # load_splits sets data.format / data.quoting here
+        self.column_options: dict[str, str] = {}  # role → the setting naming its column (build_task)
 
     # ---- reading -------------------------------------------------------------------------
-    def read_file(self, path: str) -> list[dict]:
+    def read_file(self, path: str, labelled: bool = True) -> list[dict]:
+        """Examples of a local file; ``labelled=False`` (action=predict) lets labels be absent."""
         raise NotImplementedError
 
     def read_hub(self, rows, path: str) -> list[dict]:
@@ -150,11 +155,12 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
         files["train"] = files["train"] or sample_file(task.cfg, "train")
         files["validation"] = files["validation"] or sample_file(task.cfg, "validation")
     use_files = any(files[s] for s in ("train", "validation"))
+    task.reading = ReadOptions(data.get("format"), data.get("quoting"))
     holdout = float(data.get("validation_split") or 0.0)
     out: dict[str, Split] = {}
 
-    def from_file(path: str) -> Split:
-        return Split(task.read_file(path), {"file": path, "sha256": sha256_of(path)})
+    def from_file(path: str, labelled: bool = True) -> Split:
+        return Split(task.read_file(path, labelled=labelled), {"file": path, "sha256": sha256_of(path)})
 
     def from_hub(split: str) -> Split:
         hub = task.cfg.get("hub")
@@ -169,7 +175,7 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
     if "predict" in need:
         if not files["predict"]:
             raise ConfigError("action=predict needs data.predict_file=FILE")
-        out["predict"] = from_file(files["predict"])
+        out["predict"] = from_file(files["predict"], labelled=False)
     wants = [s for s in ("train", "validation") if s in need]
     if wants and use_files:
         if "train" in wants and not files["train"]:
@@ -198,8 +204,7 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
             out[split].source["max_samples"] = int(limit)
     for split, s in out.items():
         if not s.examples:
-            raise DataError(s.source.get("file") or s.source.get("hub", "?"), None,
-                            f"no examples in the {split} split")
+            raise DataError(s.where, None, f"no examples in the {split} split")
     return out
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from tasks import metrics
 from tasks.base import EncodeSettings, Task
 from tasks.errors import DataError
-from tasks.io import field, read_records
+from tasks.io import field, read_records, require_columns
 
 
 class ClassificationTask(Task):
@@ -28,17 +28,24 @@ class ClassificationTask(Task):
         self.head = "pair" if cfg.columns.get("text_pair") else "sequence"
 
     # ---- reading -------------------------------------------------------------------------
-    def read_file(self, path: str) -> list[dict]:
+    def read_file(self, path: str, labelled: bool = True) -> list[dict]:
         cols = self.cfg.columns
+        records = read_records(path, self.cfg.get("format") or self.reading.format, self.reading.quoting)
+        needed = {"text": cols.text, "text_pair": cols.get("text_pair")}
+        if labelled:  # a predict file may come without labels
+            needed["label"] = cols.label
+        require_columns(path, records, needed, self.column_options)
         examples = []
-        for where, row in read_records(path, self.cfg.get("format")):
+        for where, row in records:
             ex = {"id": str(row.get(cols.get("id") or "guid", f"{path}:{where}"))}
             ex["text"] = self._text(path, where, field(path, where, row, cols.text))
             if cols.get("text_pair"):
                 ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair))
-            raw = field(path, where, row, cols.label, required=False)
+            raw = field(path, where, row, cols.label, required=labelled)
             if raw is not None and raw != "":
                 ex["label"] = self._label(path, where, raw)
+            elif labelled:
+                raise DataError(path, where, f"empty label (column '{cols.label}')")
             examples.append(ex)
         return examples
 

@@ -24,9 +24,10 @@ class Occurrence:
     tokens: list[int]
 
 
-def read_texts(path: str, column: str = "text", fmt: str | None = None) -> list[tuple[str, str]]:
+def read_texts(path: str, column: str = "text", fmt: str | None = None,
+               quoting: str | None = "auto") -> list[tuple[str, str]]:
     """``(where, text)`` pairs: one text per line of a .txt file (blank lines skipped), or the
-    ``column`` of a CSV/TSV/JSON/JSONL file."""
+    ``column`` of a CSV/TSV/JSON/JSONL file (``quoting``: auto | none | csv, as data.quoting)."""
     fmt = fmt or ("txt" if os.path.splitext(path)[1].lower() in (".txt", "") else None)
     if fmt == "txt":
         if not os.path.isfile(path):
@@ -41,7 +42,7 @@ def read_texts(path: str, column: str = "text", fmt: str | None = None) -> list[
             log(f"embed: {path}: skipped {len(lines) - len(rows)} blank line(s)")
     else:
         rows = []
-        for where, record in read_records(path, fmt):
+        for where, record in read_records(path, fmt, quoting):
             value = field(path, where, record, column)
             if not isinstance(value, str) or not value.strip():
                 raise DataError(path, where, f"embed.column '{column}': empty or non-text value {value!r}")

@@ -9,11 +9,40 @@ import csv
 import hashlib
 import json
 import os
+import re
+from dataclasses import dataclass
 from typing import Any, Iterator
 
-from tasks.errors import DataError, KotuneError
+from tasks.errors import ConfigError, DataError, KotuneError
+from tasks.log import warn
 
 Record = tuple[str, dict]
+QUOTINGS = ("auto", "none", "csv")
+MAX_LISTED_COLUMNS = 12
+CSV_QUOTED = re.compile(r'^"(?:[^"]|"")*""(?:[^"]|"")*"$')  # "…""…"": a field written CSV-style
+
+
+@dataclass
+class ReadOptions:
+    """How to read CSV/TSV/JSON files (``data.format``, ``data.quoting``)."""
+
+    format: str | None = None
+    quoting: str = "auto"
+
+    def __post_init__(self):
+        self.quoting = str(self.quoting or "auto")
+        if self.quoting not in QUOTINGS:
+            raise ConfigError(f"data.quoting={self.quoting}: must be one of {', '.join(QUOTINGS)} "
+                              "(auto: none for .tsv, RFC 4180 quoting for .csv)")
+
+
+def resolve_quoting(fmt: str, quoting: str | None) -> str:
+    """``none`` (quotes are ordinary characters) or ``csv`` (RFC 4180); auto: none for TSV, since
+    tab-separated corpora write literal quotes inside fields."""
+    quoting = ReadOptions(quoting=quoting).quoting
+    if quoting == "auto":
+        return "none" if fmt == "tsv" else "csv"
+    return quoting
 
 
 def sha256_of(path: str) -> str:
@@ -56,8 +85,9 @@ def read_json(path: str) -> Any:
             raise DataError(path, None, "not UTF-8 text") from None
 
 
-def read_records(path: str, fmt: str | None = None) -> list[Record]:
-    """Rows of a JSON list, JSONL, CSV or TSV file (with a header row) as dicts."""
+def read_records(path: str, fmt: str | None = None, quoting: str | None = "auto") -> list[Record]:
+    """Rows of a JSON list, JSONL, CSV or TSV file (with a header row) as dicts; ``quoting``
+    (auto | none | csv) applies to CSV and TSV."""
     fmt = file_format(path, fmt)
     if fmt == "json":
         data = read_json(path)
@@ -85,23 +115,62 @@ def read_records(path: str, fmt: str | None = None) -> list[Record]:
                     raise DataError(path, n, "expected a JSON object")
                 out.append((str(n), row))
         return out
-    delimiter = "\t" if fmt == "tsv" else ","
+    return _read_delimited(path, fmt, resolve_quoting(fmt, quoting))
+
+
+def _read_delimited(path: str, fmt: str, quoting: str) -> list[Record]:
+    delimiter, sep_name = ("\t", "tab") if fmt == "tsv" else (",", "comma")
+    other = "csv" if quoting == "none" else "none"
+    hint = ("if fields are CSV-quoted (\"…\"\"…\"), set data.quoting=csv" if quoting == "none"
+            else "if fields hold literal quotes (not CSV-quoted), set data.quoting=none")
     with open_text(path) as f:
-        reader = csv.reader(text_lines(path, f), delimiter=delimiter, quoting=csv.QUOTE_MINIMAL)
+        reader = csv.reader(text_lines(path, f), delimiter=delimiter,
+                            quoting=csv.QUOTE_NONE if quoting == "none" else csv.QUOTE_MINIMAL)
+        out, looks_quoted = [], []
+        read = 0  # lines read so far: a row starts on the next (a quoted field may span lines)
         try:
-            header = next(reader)
-        except StopIteration:
-            raise DataError(path, None, "empty file") from None
-        out = []
-        for row in reader:
-            n = reader.line_num
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) != len(header):
-                raise DataError(path, n, f"{len(row)} columns, the header has {len(header)} "
-                                         f"({delimiter!r}-separated)")
-            out.append((str(n), dict(zip(header, row))))
-        return out
+            header = next(reader, None)
+            if header is None:
+                raise DataError(path, None, "empty file")
+            read = reader.line_num
+            for row in reader:
+                n, read = read + 1, reader.line_num
+                if not row or all(not c.strip() for c in row):
+                    continue
+                if len(row) != len(header):
+                    raise DataError(path, n, f"{len(row)} columns, the header has {len(header)} "
+                                             f"({sep_name}-separated, data.quoting={quoting}); {hint}")
+                if quoting == "none" and any(CSV_QUOTED.match(c) for c in row):
+                    looks_quoted.append(n)
+                out.append((str(n), dict(zip(header, row))))
+        except csv.Error as e:
+            raise DataError(path, read + 1, f"{e} (data.quoting={quoting}); try data.quoting={other}") from None
+    if looks_quoted:
+        warn(f"{path}: {len(looks_quoted)} row(s) have fields that look CSV-quoted (\"…\"\"…\"), first at "
+             f"line {looks_quoted[0]}; read literally (data.quoting=none): set data.quoting=csv if the file "
+             "was written CSV-style")
+    return out
+
+
+def require_columns(path: str, records: list[Record], columns: dict[str, str],
+                    options: dict[str, str] | None = None) -> None:
+    """Every column the task's column map needs must be in the file: ``FILE has no column 'x'
+    (columns: …; set OPTION=)``. ``columns`` maps a role (text, label) to its column name (a dotted
+    name is checked by its first part); ``options`` names the setting that chooses each role's column."""
+    present: dict[str, None] = {}
+    for _, row in records:
+        present.update(dict.fromkeys(row))
+    if not records:
+        return
+    for role, column in columns.items():
+        if column is None or column.split(".")[0] in present:
+            continue
+        names = list(present)
+        listed = ", ".join(names[:MAX_LISTED_COLUMNS]) + (", …" if len(names) > MAX_LISTED_COLUMNS else "")
+        option = (options or {}).get(role, f"task.columns.{role}")
+        quoted = (" — the header looks CSV-quoted: set data.quoting=csv"
+                  if names and all(n.startswith('"') and n.endswith('"') for n in names) else "")
+        raise DataError(path, None, f"has no column '{column}' (columns: {listed}; set {option}=){quoted}")
 
 
 def text_lines(path: str, f) -> Iterator[str]:

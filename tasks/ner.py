@@ -36,13 +36,91 @@ from tasks.log import log
 
 DECODES = ("subword", "char")
 LABEL_SUBWORDS = ("first", "all")
+LAYOUTS = ("auto", "conll", "sentence")
+# tag schemes of the files (read into IOB2, written back as they came); none: tags as they are
+SCHEMES = ("auto", "iob2", "iobes", "iob2_suffix", "iobes_suffix", "none")
+SCHEME_ALIASES = {"bioes": "iobes", "bioes_suffix": "iobes_suffix"}
 MAX_WARNINGS = 5  # per kind and file; the rest are counted in one summary line
 BIO = re.compile(r"^(O|[BI]-\S+)$")
+PREFIX_TAG = re.compile(r"^([BIES])-(\S+)$")  # B-PER
+SUFFIX_TAG = re.compile(r"^(\S+)-([BIES])$")  # PER-B
 
 
 def continuation(tag: str) -> str:
     """The tag a character inside the same entity carries: ``B-X``/``I-X`` → ``I-X``; others stay."""
     return "I-" + tag[2:] if tag[:2] in ("B-", "I-") else tag
+
+
+# ---- tag schemes (pure functions of plain lists) ----------------------------------------------
+def tag_parts(tag: str, suffix: bool) -> tuple[str, str] | None:
+    """(letter, type) of an entity tag written ``B-PER`` (or ``PER-B`` with ``suffix``); None if
+    the tag is not written that way."""
+    m = (SUFFIX_TAG if suffix else PREFIX_TAG).match(tag)
+    if not m:
+        return None
+    return (m.group(2), m.group(1)) if suffix else (m.group(1), m.group(2))
+
+
+def detect_scheme(tags: Iterable[str]) -> str | None:
+    """The scheme every tag fits: prefix (``B-X``) before suffix (``X-B``), ``iobes`` when any
+    ``S``/``E`` occurs; ``none`` when no tag is an entity tag (e.g. POS tags); None when some
+    are and some are not."""
+    entity_tags = set(tags) - {"O"}
+    if not entity_tags:
+        return "iob2"
+    for suffix in (False, True):
+        parts = [tag_parts(t, suffix) for t in entity_tags]
+        if all(parts):
+            ends = any(letter in "ES" for letter, _ in parts)
+            return ("iobes" if ends else "iob2") + ("_suffix" if suffix else "")
+    if not any(tag_parts(t, False) or tag_parts(t, True) for t in entity_tags):
+        return "none"
+    return None
+
+
+def to_iob2(tag: str, scheme: str) -> str | None:
+    """A file's tag in IOB2 (``S-X`` → ``B-X``, ``E-X`` → ``I-X``, ``X-B`` → ``B-X``); None when
+    it does not fit ``scheme``."""
+    if scheme == "none" or tag == "O":
+        return tag
+    parts = tag_parts(tag, scheme.endswith("_suffix"))
+    if parts is None or parts[0] not in ("BIES" if scheme.startswith("iobes") else "BI"):
+        return None
+    letter, typ = parts
+    return ("B-" if letter in "BS" else "I-") + typ
+
+
+def from_iob2(tags: list[str], scheme: str) -> list[str]:
+    """IOB2 tags written in ``scheme``: the inverse of :func:`to_iob2` on a sentence (an entity's
+    last tag becomes ``E-X``, a one-unit entity ``S-X`` in IOBES)."""
+    if scheme in ("none", "iob2"):
+        return list(tags)
+    out = []
+    for k, tag in enumerate(tags):
+        if tag[:2] not in ("B-", "I-"):
+            out.append(tag)
+            continue
+        letter, typ = tag[0], tag[2:]
+        if scheme.startswith("iobes"):
+            last = (tags[k + 1] if k + 1 < len(tags) else "O") != "I-" + typ
+            letter = {"B": "S", "I": "E"}[letter] if last else letter
+        out.append(f"{typ}-{letter}" if scheme.endswith("_suffix") else f"{letter}-{typ}")
+    return out
+
+
+def inside_sentence(lines: list[str], n: int, skip) -> bool:
+    """Whether line ``n`` (1-based, a line of spaces) is followed by a unit row: then it is a space
+    character whose tag is missing, not a sentence break."""
+    following = lines[n] if n < len(lines) else ""
+    return bool(following.strip()) and not skip(following)
+
+
+def detect_layout(lines: list[str], skip) -> str:
+    """``sentence`` when most content lines are ``WORDS<TAB>TAGS`` with several tags, else ``conll``
+    (one unit per line: a CoNLL tag column never holds a space)."""
+    content = [line for line in lines if line.strip() and not skip(line)]
+    several = sum(1 for line in content if line.count("\t") == 1 and len(line.split("\t")[1].split()) >= 2)
+    return "sentence" if content and several * 2 > len(content) else "conll"
 
 
 class Warnings:
@@ -64,6 +142,8 @@ class Warnings:
 
 def location(ex: dict, unit: int = 0) -> str:
     """``file:line`` of a unit read from a file (one unit per line), ``source row N`` for hub rows."""
+    if "line" in ex and ex.get("layout") == "sentence":  # the whole sentence is on one line
+        return f"{ex['source']}:{ex['line']}" + (f" (word {unit + 1})" if unit else "")
     if "line" in ex:
         return f"{ex['source']}:{ex['line'] + unit}"
     return f"{ex.get('source', '?')} row {ex.get('row', '?')}" + (f" (unit {unit})" if unit else "")
@@ -210,57 +290,143 @@ class TokenTask(Task):
                               f"got '{self.label_subwords}'")
         self.head = "token_char" if self.decode_mode == "char" else "token"
         self.join = str(cfg.get("join") or "")  # "" joins characters, " " joins words
-        self.scheme = str(cfg.get("scheme", "iob2"))
+        self.layout = str(cfg.get("layout", "auto"))
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"task.layout must be one of {', '.join(LAYOUTS)}, got '{self.layout}'")
+        scheme = str(cfg.get("scheme", "auto"))
+        scheme = SCHEME_ALIASES.get(scheme, scheme)
+        if scheme not in SCHEMES:
+            raise ConfigError(f"task.scheme must be one of {', '.join(SCHEMES)}, got '{scheme}'")
+        # the files' tag scheme; auto: set by the first file read (the training file)
+        self.scheme: str | None = None if scheme == "auto" else scheme
+        self.scheme_from = "task.scheme"
 
     # ---- reading -------------------------------------------------------------------------
-    def read_file(self, path: str) -> list[dict]:
-        """CoNLL-style: one unit per line, columns split by tab (or by whitespace when the line has
-        no tab), blank line between sentences, ``-DOCSTART-`` and ``task.comment_prefix`` lines
-        skipped."""
-        cols = self.cfg.get("columns") or {}
-        token_col, tag_col = int(cols.get("token", 0)), int(cols.get("tag", -1))
+    def read_file(self, path: str, labelled: bool = True) -> list[dict]:
+        """CoNLL columns or one sentence per line (``task.layout``), tags in any scheme
+        (``task.scheme``) read into IOB2; ``-DOCSTART-`` and ``task.comment_prefix`` lines skipped."""
         comment = self.cfg.get("comment_prefix")
-        warnings, examples = Warnings(), []
-        units: list[str] = []
-        tags: list[str] = []
-        start, n_cols = 0, None
 
-        def close():
-            if units:
-                examples.append({"id": f"{os.path.basename(path)}:{start}", "source": path, "line": start,
-                                 "units": list(units), "tags": list(tags)})
-            units.clear()
-            tags.clear()
+        def skip(line: str) -> bool:
+            return line.startswith("-DOCSTART-") or bool(comment and line.startswith(comment))
 
         with open_text(path) as f:
-            for n, raw in enumerate(text_lines(path, f), 1):
-                line = raw.rstrip("\r\n")
-                if not line.strip() and "\t" not in line:
-                    close()
-                    continue
-                if line.startswith("-DOCSTART-") or (comment and line.startswith(comment)):
-                    continue
-                row = line.split("\t") if "\t" in line else line.split()
-                n_cols = n_cols or len(row)
-                try:
-                    if len(row) != n_cols:
-                        raise IndexError
-                    unit, tag = row[token_col], row[tag_col].strip()
-                except IndexError:
-                    raise DataError(path, n, f"{len(row)} columns, expected {n_cols} (unit column "
-                                             f"{token_col}, tag column {tag_col})") from None
-                if not unit or (self.join and unit.isspace()):
-                    raise DataError(path, n, f"empty unit {unit!r}")
-                self._check_tag(path, n, tag)
-                if not units:
-                    start = n
-                units.append(unit)
-                tags.append(tag)
-        close()
+            lines = [raw.rstrip("\r\n") for raw in text_lines(path, f)]
+        layout_name = self.layout if self.layout != "auto" else detect_layout(lines, skip)
+        if self.layout == "auto":
+            log(f"{path}: layout {layout_name} (detected; task.layout= overrides)")
+        read = self._read_sentences if layout_name == "sentence" else self._read_conll
+        sentences = read(path, lines, skip)
+        self._resolve_scheme(path, sentences)
+        warnings, examples = Warnings(), []
+        for first, units, tags, unit_lines in sentences:
+            iob = []
+            for tag, n in zip(tags, unit_lines):
+                converted = to_iob2(tag, self.scheme)
+                if converted is None:
+                    raise DataError(path, n, f"tag '{tag}' does not fit the tag scheme {self.scheme} "
+                                             f"({self.scheme_from}): set task.scheme= one of "
+                                             f"{', '.join(SCHEMES[1:])}")
+                self._check_tag(path, n, converted)
+                iob.append(converted)
+            ex = {"id": f"{os.path.basename(path)}:{first}", "source": path, "line": first,
+                  "units": units, "tags": iob}
+            if layout_name == "sentence":
+                ex["layout"] = "sentence"
+            examples.append(ex)
         for ex in examples:
             orphan_and_space_checks(ex, warnings)
         warnings.summary(path)
         return examples
+
+    def _resolve_scheme(self, path: str, sentences: list) -> None:
+        """task.scheme=auto: the first file read (the training file) decides the scheme."""
+        if self.scheme is not None:
+            return
+        tags = [t for _, _, tags, _ in sentences for t in tags]
+        scheme = detect_scheme(tags)
+        if scheme is None:
+            prefix = sum(1 for t in tags if tag_parts(t, False))
+            fits = "iob2" if prefix * 2 >= sum(1 for t in tags if tag_parts(t, True)) else "iob2_suffix"
+            odd = next((n, t) for _, _, ts, ns in sentences for t, n in zip(ts, ns)
+                       if t != "O" and not tag_parts(t, fits.endswith("_suffix")))
+            raise DataError(path, odd[0], f"tag '{odd[1]}' is not an entity tag like the others "
+                                          f"({'B-X' if fits == 'iob2' else 'X-B'}): fix it, or set "
+                                          "task.scheme=none to learn the tags as they are (no entity F1)")
+        self.scheme, self.scheme_from = scheme, f"detected in {path}"
+        log(f"{path}: tag scheme {scheme} (detected; read as IOB2, predictions written back in it; "
+            "task.scheme= overrides)")
+
+    def _read_conll(self, path: str, lines: list[str], skip) -> list:
+        """One unit per line, columns split by tab (or by whitespace when the line has no tab),
+        blank line between sentences: (first line, units, tags, line of each unit) per sentence."""
+        cols = self.cfg.get("columns") or {}
+        token_col, tag_col = int(cols.get("token", 0)), int(cols.get("tag", -1))
+        sentences: list = []
+        units: list[str] = []
+        tags: list[str] = []
+        unit_lines: list[int] = []
+        n_cols = None
+
+        def close():
+            if units:
+                sentences.append((unit_lines[0], list(units), list(tags), list(unit_lines)))
+            units.clear()
+            tags.clear()
+            unit_lines.clear()
+
+        for n, line in enumerate(lines, 1):
+            if not line.strip() and "\t" not in line:
+                if line and units and inside_sentence(lines, n, skip):
+                    raise DataError(path, n, "no tag (a space character without its tag? a blank line "
+                                             "between sentences must be empty)")
+                close()
+                continue
+            if skip(line):
+                continue
+            row = line.split("\t") if "\t" in line else line.split()
+            if len(row) < 2:
+                raise DataError(path, n, f"no tag (a unit{' or a space' if self.join == '' else ''} alone; "
+                                         f"expected UNIT<TAB>TAG)")
+            n_cols = n_cols or len(row)
+            try:
+                if len(row) != n_cols:
+                    raise IndexError
+                unit, tag = row[token_col], row[tag_col].strip()
+            except IndexError:
+                raise DataError(path, n, f"{len(row)} columns, expected {n_cols} (unit column "
+                                         f"{token_col}, tag column {tag_col})") from None
+            if not tag:
+                raise DataError(path, n, f"no tag (tag column {tag_col} is empty)")
+            if " " in tag:
+                raise DataError(path, n, f"tag {tag!r} holds spaces: one sentence per line? set task.layout=sentence")
+            if not unit or (self.join and unit.isspace()):
+                raise DataError(path, n, f"empty unit {unit!r}")
+            units.append(unit)
+            tags.append(tag)
+            unit_lines.append(n)
+        close()
+        return sentences
+
+    @staticmethod
+    def _read_sentences(path: str, lines: list[str], skip) -> list:
+        """One sentence per line: space-separated words, a tab, as many space-separated tags."""
+        sentences = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip() or skip(line):
+                continue
+            if line.count("\t") != 1:
+                raise DataError(path, n, f"{line.count(chr(9))} tabs, expected 1 (task.layout=sentence: "
+                                         "WORDS<TAB>TAGS)")
+            words, tags = (part.split() for part in line.split("\t"))
+            if not words:
+                raise DataError(path, n, "no words before the tab")
+            if not tags:
+                raise DataError(path, n, "no tag")
+            if len(words) != len(tags):
+                raise DataError(path, n, f"{len(words)} words but {len(tags)} tags")
+            sentences.append((n, words, tags, [n] * len(words)))
+        return sentences
 
     def read_hub(self, rows, path: str) -> list[dict]:
         raise ConfigError(f"task {self.name} reads local files: set data.train_file=... data.validation_file=...")
@@ -268,8 +434,8 @@ class TokenTask(Task):
     def _check_tag(self, path: str, where: Any, tag: str) -> None:
         if self.labels is not None and tag not in self.labels:
             raise DataError(path, where, f"unknown tag '{tag}' (expected one of: {', '.join(self.labels)})")
-        if self.labels is None and self.scheme == "iob2" and not BIO.match(tag):
-            raise DataError(path, where, f"unknown tag '{tag}': task.scheme=iob2 expects O, B-X or I-X")
+        if self.labels is None and self.scheme != "none" and not BIO.match(tag):
+            raise DataError(path, where, f"unknown tag '{tag}': task.scheme={self.scheme} expects O, B-X or I-X")
 
     def fit_labels(self, train: list[dict]) -> None:
         if self.labels is None:
@@ -412,13 +578,16 @@ class TokenTask(Task):
     def score(self, outputs: list[list[str]], examples: list[dict]) -> dict[str, float]:
         pred_flat = [t for out, ex in zip(outputs, examples) for k, t in enumerate(out) if not ex["units"][k].isspace()]
         gold_flat = [ex["tags"][k] for ex in examples for k in self.scored_units(ex)]
-        out = self._entity_scores(outputs, examples) if self.scheme == "iob2" else {}
+        out = self._entity_scores(outputs, examples) if self.scheme != "none" else {}
         out["tag_accuracy"] = metrics.accuracy(pred_flat, gold_flat)
         out["tag_macro_f1"] = metrics.macro_f1(pred_flat, gold_flat, labels=[t for t in self.labels if t != "O"])
         return out
 
     def prediction_records(self, outputs: list[list[str]], examples: list[dict]) -> list[dict]:
-        return [{"id": ex["id"], "text": self.text(ex), "prediction": out, "gold": ex.get("tags")}
+        """Tags written in the files' own scheme (IOBES, PER-B, ...), as they were read."""
+        scheme = self.scheme or "iob2"
+        return [{"id": ex["id"], "text": self.text(ex), "prediction": from_iob2(out, scheme),
+                 "gold": from_iob2(ex["tags"], scheme) if "tags" in ex else None}
                 for out, ex in zip(outputs, examples)]
 
     # ---- pipeline ceiling ----------------------------------------------------------------
@@ -483,7 +652,11 @@ class TokenTask(Task):
 class NerTask(TokenTask):
     """KLUE NER: a BIO tag per character (spaces included); KLUE's official TSV or the hub rows."""
 
-    def read_file(self, path: str) -> list[dict]:
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.scheme = "iob2"  # KLUE's files and hub rows
+
+    def read_file(self, path: str, labelled: bool = True) -> list[dict]:
         """KLUE's TSV: ``##`` comment lines, the last ``## guid<TAB>tagged sentence`` line before a
         sentence's rows names it, ``CHAR<TAB>TAG`` rows (the character may be a space), a blank line
         between sentences."""
@@ -499,33 +672,38 @@ class NerTask(TokenTask):
             cur = None
 
         with open_text(path) as f:
-            for n, raw in enumerate(text_lines(path, f), 1):
-                line = raw.rstrip("\r\n")
-                if line.startswith("##"):
-                    close()
-                    if "\t" in line:
-                        header, header_used = (line[2:].split("\t", 1)[0].strip(), n), False
-                    continue
-                if "\t" not in line and not line.strip():
-                    if cur is None and not header_used:
-                        warnings.warn("empty sentence", f"{path}:{header[1]}",
-                                      f"sentence {header[0]} has no characters (skipped)")
-                        header_used = True
-                    close()
-                    continue
-                row = line.split("\t")
-                if len(row) != 2:
-                    raise DataError(path, n, f"{len(row)} tab-separated columns, expected 2 (CHAR<TAB>TAG)")
-                char, tag = row[0], row[1].strip()
-                if not char:
-                    raise DataError(path, n, "empty character column")
-                self._check_tag(path, n, tag)
-                if cur is None:
-                    guid = header[0] if header and not header_used else f"{os.path.basename(path)}:{n}"
+            lines = [raw.rstrip("\r\n") for raw in text_lines(path, f)]
+        for n, line in enumerate(lines, 1):
+            if line.startswith("##"):
+                close()
+                if "\t" in line:
+                    header, header_used = (line[2:].split("\t", 1)[0].strip(), n), False
+                continue
+            if "\t" not in line and not line.strip():
+                if line and cur is not None and inside_sentence(lines, n, lambda x: x.startswith("##")):
+                    raise DataError(path, n, "no tag (a space character without its tag? a blank "
+                                             "line between sentences must be empty)")
+                if cur is None and not header_used:
+                    warnings.warn("empty sentence", f"{path}:{header[1]}",
+                                  f"sentence {header[0]} has no characters (skipped)")
                     header_used = True
-                    cur = {"id": guid, "source": path, "line": n, "units": [], "tags": []}
-                cur["units"].append(char)
-                cur["tags"].append(tag)
+                close()
+                continue
+            row = line.split("\t")
+            if len(row) == 1 or not row[1].strip():
+                raise DataError(path, n, "no tag (expected CHAR<TAB>TAG)")
+            if len(row) != 2:
+                raise DataError(path, n, f"{len(row)} tab-separated columns, expected 2 (CHAR<TAB>TAG)")
+            char, tag = row[0], row[1].strip()
+            if not char:
+                raise DataError(path, n, "empty character column")
+            self._check_tag(path, n, tag)
+            if cur is None:
+                guid = header[0] if header and not header_used else f"{os.path.basename(path)}:{n}"
+                header_used = True
+                cur = {"id": guid, "source": path, "line": n, "units": [], "tags": []}
+            cur["units"].append(char)
+            cur["tags"].append(tag)
         close()
         if cur is None and not header_used and header is not None:
             warnings.warn("empty sentence", f"{path}:{header[1]}", f"sentence {header[0]} has no characters (skipped)")

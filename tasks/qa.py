@@ -68,13 +68,13 @@ class QATask(Task):
                 raise ConfigError(f"task.{key} must be positive, got {value}")
 
     # ---- reading -------------------------------------------------------------------------
-    def read_file(self, path: str) -> list[dict]:
+    def read_file(self, path: str, labelled: bool = True) -> list[dict]:
         data = read_json(path) if path.lower().endswith(".json") else None
         if isinstance(data, dict) and isinstance(data.get("data"), list) and \
                 all(isinstance(a, dict) and "paragraphs" in a for a in data["data"]):
             rows = _squad_rows(path, data["data"])
         else:  # flat rows: one question per JSON object / JSONL line, hub-like fields
-            rows = [(where, row, row.get("context"), row.get("title")) for where, row in read_records(path)]
+            rows = [(where, row, row.get("context"), row.get("title")) for where, row in read_records(path, self.reading.format, self.reading.quoting)]
         return self._check(path, [self._example(path, where, qa, context, title)
                                   for where, qa, context, title in rows])
 

@@ -63,9 +63,73 @@ def test_missing_field_and_empty_text(tmp_path):
     bad.write_text(json.dumps([NLI_ROW, dict(NLI_ROW, premise="  ")], ensure_ascii=False), encoding="utf-8")
     assert f"{bad}:row 1: empty" in fail(["model=tiny", f"data.train_file={bad}",
                                            "data.validation_split=0.5"], tmp_path)
-    bad.write_text(json.dumps([{"premise": "a", "gold_label": "neutral"}]), encoding="utf-8")
-    assert "missing field 'hypothesis'" in fail(["model=tiny", f"data.train_file={bad}",
-                                                 "data.validation_split=0.5"], tmp_path)
+    bad.write_text(json.dumps([NLI_ROW, {"premise": "a", "gold_label": "neutral"}]), encoding="utf-8")
+    assert f"{bad}:row 1: missing field 'hypothesis'" in fail(["model=tiny", f"data.train_file={bad}",
+                                                              "data.validation_split=0.5"], tmp_path)
+
+
+def test_tsv_with_literal_quotes_reads_as_written_and_csv_quoting_names_the_row(tmp_path):
+    """A field opening with a quote it never closes: CSV quoting swallows the rest of the file."""
+    tsv = tmp_path / "quotes.tsv"
+    tsv.write_text('id\ttext\tlabel\n1\t좋아요\t긍정\n2\t"엄마, 저 왔어요. 그가 말했다\t긍정\n3\t별로\t부정\n'
+                   '4\t그냥 그래요\t부정\n', encoding="utf-8")
+    line = fail(["task=text_cls", "model=tiny", f"data.train_file={tsv}", "data.validation_split=0.5",
+                 "data.quoting=csv"], tmp_path)
+    assert f"{tsv}:3: 2 columns, the header has 3" in line and "data.quoting=none" in line
+    proc = run_cli(["task=text_cls", "model=tiny", f"data.train_file={tsv}", "data.validation_split=0.5",
+                    "train.max_steps=1", f"hydra.run.dir={tmp_path / 'ok'}"])
+    assert proc.returncode == 0, proc.stderr[-1500:]  # auto: a .tsv is read with quoting off
+    res = json.loads((tmp_path / "ok" / "results.json").read_text())
+    assert res["n_train"] + res["n_eval"] == 4
+
+
+def test_tsv_row_with_a_tab_too_many_suggests_csv_quoting(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text('text\tlabel\n좋아요\t긍정\n"탭\t들어간 글"\t부정\n', encoding="utf-8")
+    line = fail(["task=text_cls", "model=tiny", f"data.train_file={bad}", "data.validation_split=0.5"], tmp_path)
+    assert f"{bad}:3: 3 columns, the header has 2" in line and "data.quoting=csv" in line
+
+
+def test_bad_quoting_value_names_the_option(tmp_path):
+    line = fail(["task=text_cls", "model=tiny", "data=sample", "data.quoting=rfc"], tmp_path)
+    assert "data.quoting=rfc" in line and "auto, none, csv" in line
+
+
+@pytest.mark.parametrize("header,option,missing", [
+    ("comments\tcontain_gender_bias\tbias", "data.label_column=hate", "hate"),  # the label column
+    ("comment\thate", "data.label_column=hate", "comments"),                    # the text column
+])
+def test_missing_column_names_file_columns_and_option(header, option, missing, tmp_path):
+    bad = tmp_path / "hate.tsv"
+    rows = "".join("\t".join(["댓글"] + ["none"] * header.count("\t")) + "\n" for _ in range(4))
+    bad.write_text(header + "\n" + rows, encoding="utf-8")
+    line = fail(["task=text_cls", "model=tiny", f"data.train_file={bad}", "data.validation_split=0.5",
+                 "data.text_column=comments", option], tmp_path)
+    columns = header.replace("\t", ", ")
+    which = "label" if missing == "hate" else "text"
+    assert line == f"error: {bad}: has no column '{missing}' (columns: {columns}; set data.{which}_column=)"
+
+
+def test_missing_column_of_a_fixed_column_map_names_the_task_option(tmp_path):
+    bad = tmp_path / "nli.json"
+    bad.write_text(json.dumps([{k: v for k, v in NLI_ROW.items() if k != "gold_label"}] * 2, ensure_ascii=False),
+                   encoding="utf-8")
+    line = fail(["model=tiny", f"data.train_file={bad}", "data.validation_split=0.5"], tmp_path)
+    assert f"{bad}: has no column 'gold_label' (columns: guid, premise, hypothesis; set task.columns.label=)" \
+        in line
+
+
+@pytest.mark.parametrize("task,body,line_no", [
+    ("ner", "## s1\t<서울:LC>\n서\tB-LC\n울\n", 3),           # KLUE NER: a CHAR-only line
+    ("ner", "## s1\t<서울:LC> 가\n서\tB-LC\n울\tI-LC\n \n가\tO\n", 4),  # a space whose tag is missing
+    ("token_cls", "EU\tB-ORG\nrejects\nit\tO\n", 2),          # CoNLL: a word without its tag
+    ("token_cls", "EU B-ORG\nrejects\t\n", 2),                  # an empty tag column
+])
+def test_tagging_line_without_a_tag(task, body, line_no, tmp_path):
+    bad = tmp_path / "tags.tsv"
+    bad.write_text(body, encoding="utf-8")
+    line = fail([f"task={task}", "model=tiny", f"data.train_file={bad}", f"data.validation_file={bad}"], tmp_path)
+    assert line.startswith(f"error: {bad}:{line_no}: no tag")
 
 
 def test_validation_label_unseen_in_training(tmp_path):
@@ -75,6 +139,7 @@ def test_validation_label_unseen_in_training(tmp_path):
     line = fail(["task=text_cls", "model=tiny", f"data.train_file={train}", f"data.validation_file={dev}"],
                 tmp_path)
     assert "unknown label '중립'" in line and "긍정" in line
+    assert line.startswith(f"error: {dev}:") and "sha256" not in line  # the path, not the split's source dict
 
 
 def test_hub_model_offline_fails_fast_and_says_what_to_do(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, compose, run_cli, shared_path
+from tasks.errors import DataError
 
 TASKS = sorted(p.stem for p in (ROOT / "conf" / "task").glob("*.yaml"))
 MODELS = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
@@ -204,3 +205,57 @@ def test_token_type_ids_only_for_models_that_use_them():
     without = task.encode(ex, tok, EncodeSettings(max_length=16, token_type_ids=False))
     assert "token_type_ids" in with_types.column_names and "token_type_ids" not in without.column_names
     assert with_types[0]["token_type_ids"][-1] == 1 and with_types[0]["labels"] == 1
+
+
+# ---- reading CSV/TSV as written (data.quoting) -----------------------------------------------------
+def test_tsv_quotes_are_text_csv_quotes_are_rfc4180(tmp_path):
+    from tasks.io import read_records
+
+    tsv = tmp_path / "a.tsv"
+    tsv.write_text('text\tlabel\n그리고 그가 말했다, "엄마, 저 왔어요."\t긍정\n"따옴표로 시작\t부정\n', encoding="utf-8")
+    rows = [r["text"] for _, r in read_records(str(tsv))]
+    assert rows == ['그리고 그가 말했다, "엄마, 저 왔어요."', '"따옴표로 시작']
+    csv_file = tmp_path / "a.csv"
+    csv_file.write_text('text,label\n"좋아요, ""정말""",긍정\n', encoding="utf-8")
+    assert read_records(str(csv_file))[0][1] == {"text": '좋아요, "정말"', "label": "긍정"}
+    with pytest.raises(DataError, match=r"a\.csv:2: 3 columns, the header has 2 .*data\.quoting=csv"):
+        read_records(str(csv_file), quoting="none")
+    with pytest.raises(DataError, match=r"a\.tsv:3: 1 columns, the header has 2 .*data\.quoting=none"):
+        read_records(str(tsv), quoting="csv")  # the unclosed quote swallows the tab and the line end
+
+
+def test_hate_speech_tsv_reads_every_row(capsys):
+    """The shared hate-speech TSV (literal quotes in comments) reads fully with data.quoting=auto."""
+    from tasks.io import read_records
+
+    for name in ("train", "dev"):
+        path = shared_path(f"data/hate-speech/{name}.tsv")
+        with open(path, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+        rows = read_records(str(path))
+        assert len(rows) == lines - 1  # wc -l minus the header
+        assert all(len(r) == 4 for _, r in rows)
+    assert "look CSV-quoted" in capsys.readouterr().out  # 10 + 2 rows written CSV-style: said, kept literal
+
+
+def test_predict_file_needs_no_label_column_but_training_files_do(tmp_path):
+    from omegaconf import OmegaConf
+
+    from tasks import build_task
+    from tasks.base import load_splits
+
+    texts = tmp_path / "texts.tsv"
+    texts.write_text("text\n좋아요\n별로\n", encoding="utf-8")
+    task = build_task(compose(["task=text_cls"]).task)
+    data = OmegaConf.create({"predict_file": str(texts), "train_file": str(texts), "validation_split": 0.5})
+    assert [e["text"] for e in load_splits(task, data, ("predict",), seed=1)["predict"].examples] == ["좋아요", "별로"]
+    with pytest.raises(DataError, match=r"texts\.tsv: has no column 'label' \(columns: text; set data\.label_column=\)"):
+        load_splits(task, data, ("train", "validation"), seed=1)
+
+
+def test_split_names_its_file_or_hub_split_not_its_source_dict():
+    from tasks.base import Split
+
+    assert Split([], {"file": "/d/train.tsv", "sha256": "ab"}).where == "/d/train.tsv"
+    assert Split([], {"hub": "klue/klue", "name": "nli", "split": "validation", "revision": None}).where == \
+        "klue/klue/nli:validation"

@@ -171,6 +171,93 @@ def test_token_cls_validation_tag_unknown_to_training(tmp_path):
                           "dev.conll")
 
 
+# ---- layouts and tag schemes (token_cls) -----------------------------------------------------------
+SENTENCES = [("김철수 씨 가 서울 에 갔다", ["B-PER", "I-PER", O, "B-LOC", O, O]),
+             ("삼성 전자 는 오늘", ["B-ORG", "I-ORG", O, "B-DAT"]),
+             ("그냥 갔다", [O, O])]
+SUFFIX = {"iob2": "", "iobes": "", "iob2_suffix": "_suffix", "iobes_suffix": "_suffix"}
+IN_SCHEME = {  # the first sentence as each scheme writes it
+    "iob2": ["B-PER", "I-PER", O, "B-LOC", O, O], "iobes": ["B-PER", "E-PER", O, "S-LOC", O, O],
+    "iob2_suffix": ["PER-B", "PER-I", O, "LOC-B", O, O], "iobes_suffix": ["PER-B", "PER-E", O, "LOC-S", O, O]}
+
+
+def tagging_file(tmp_path, layout: str, scheme: str, name: str = "tags.txt") -> str:
+    from tasks.ner import from_iob2
+
+    if layout == "sentence":
+        text = "".join(f"{words}\t{' '.join(from_iob2(tags, scheme))}\n" for words, tags in SENTENCES)
+    else:
+        text = "\n".join("".join(f"{w}\t{t}\n" for w, t in zip(words.split(), from_iob2(tags, scheme)))
+                         for words, tags in SENTENCES)
+    return write(tmp_path, text, name)
+
+
+def test_scheme_conversions_round_trip():
+    from tasks.ner import detect_scheme, from_iob2, to_iob2
+
+    for scheme, tags in IN_SCHEME.items():
+        assert from_iob2(SENTENCES[0][1], scheme) == tags
+        assert [to_iob2(t, scheme) for t in tags] == SENTENCES[0][1]
+        assert detect_scheme(tags) == scheme
+    assert from_iob2(["I-X", O, "B-X", "B-X", "I-X"], "iobes") == ["E-X", O, "S-X", "B-X", "E-X"]
+    assert to_iob2("S-PER", "iob2") is None and to_iob2("B-PER", "iob2_suffix") is None
+    assert detect_scheme(["NNG", "JKS", O]) == "none" and detect_scheme(["B-PER", "PER"]) is None
+    assert detect_scheme([O]) == "iob2"
+
+
+@pytest.mark.parametrize("layout", ["conll", "sentence"])
+@pytest.mark.parametrize("scheme", list(IN_SCHEME))
+def test_token_cls_reads_each_layout_and_scheme_into_iob2_and_writes_it_back(layout, scheme, tmp_path, capsys):
+    path = tagging_file(tmp_path, layout, scheme)
+    task = build_task(compose(["task=token_cls"]).task)
+    examples = task.read_file(path)
+    out = capsys.readouterr().out
+    assert f"layout {layout} (detected" in out and f"tag scheme {scheme} (detected" in out
+    assert [(" ".join(ex["units"]), ex["tags"]) for ex in examples] == SENTENCES
+    task.fit_labels(examples)
+    assert task.labels == sorted({t for _, tags in SENTENCES for t in tags})  # IOB2 inside
+    records = task.prediction_records([ex["tags"] for ex in examples], examples)
+    assert records[0]["prediction"] == records[0]["gold"] == IN_SCHEME[scheme]
+    assert task.score([ex["tags"] for ex in examples], examples)["entity_f1"] == pytest.approx(100.0)
+
+
+def test_explicit_layout_and_scheme_override_detection(tmp_path):
+    path = tagging_file(tmp_path, "conll", "iobes")
+    with pytest.raises(DataError, match=r"tags\.txt:2: tag 'E-PER' does not fit the tag scheme iob2 \(task\.scheme\)"):
+        build_task(compose(["task=token_cls", "task.scheme=iob2"]).task).read_file(path)
+    task = build_task(compose(["task=token_cls", "task.scheme=bioes"]).task)
+    assert task.read_file(path)[0]["tags"] == SENTENCES[0][1]
+    # a dev file of the training file's scheme family: read with the scheme the training file set
+    task = build_task(compose(["task=token_cls"]).task)
+    task.read_file(path)
+    assert task.read_file(tagging_file(tmp_path, "sentence", "iob2", "dev.txt"))[1]["tags"] == SENTENCES[1][1]
+    sentence_file = tagging_file(tmp_path, "sentence", "iob2", "s.txt")
+    with pytest.raises(DataError, match=r"s\.txt:1: tag 'B-PER I-PER O B-LOC O O' holds spaces: .*task\.layout=sentence"):
+        build_task(compose(["task=token_cls", "task.layout=conll"]).task).read_file(sentence_file)
+
+
+@pytest.mark.parametrize("body, line, what", [
+    ("김철수 씨가\tB-PER O\n서울 에 갔다\tB-LOC O\n", 2, "3 words but 2 tags"),
+    ("김철수 씨가\tB-PER O\n서울 에\tB-LOC O\tO\n", 2, "2 tabs, expected 1"),
+    ("김철수 씨가\tB-PER O\n서울 에\t\n", 2, "no tag"),
+    ("김철수 씨가\tB-PER O\n서울 에\tLOC O\n", 2, "tag 'LOC' is not an entity tag like the others (B-X)"),
+])
+def test_sentence_layout_errors_name_file_and_line(tmp_path, body, line, what):
+    path = write(tmp_path, body, "s.txt")
+    with pytest.raises(DataError) as err:
+        build_task(compose(["task=token_cls", "task.layout=sentence"]).task).read_file(path)
+    assert str(err.value).startswith(f"{path}:{line}: ") and what in str(err.value)
+
+
+def test_pos_tags_are_detected_as_scheme_none(tmp_path, capsys):
+    path = write(tmp_path, "나는 학교 에 간다\tNP NNG JKB VV\n", "pos.txt")
+    task = build_task(compose(["task=token_cls"]).task)
+    examples = task.read_file(path)
+    assert task.scheme == "none" and examples[0]["tags"] == ["NP", "NNG", "JKB", "VV"]
+    task.fit_labels(examples)
+    assert set(task.score([ex["tags"] for ex in examples], examples)) == {"tag_accuracy", "tag_macro_f1"}
+
+
 # ---- scoring: golden values --------------------------------------------------------------------
 def test_score_golden_values_strict_iob2_and_spaces_left_out():
     from seqeval.metrics import f1_score
@@ -225,7 +312,9 @@ def test_reads_hub_rows_by_label_name():
 @pytest.mark.parametrize("body, line, what", [
     ("## s1\tx\n서\tB-LC\textra\n", 2, "3 tab-separated columns, expected 2"),
     ("## s1\tx\n서\tB-LC\n울\tI-XX\n", 3, "unknown tag 'I-XX'"),
-    ("## s1\tx\n서\n", 2, "1 tab-separated columns, expected 2"),
+    ("## s1\tx\n서\n", 2, "no tag"),  # a CHAR-only line: no longer a one-column mismatch
+    ("## s1\tx\n서\tB-LC\n울\t\n", 3, "no tag"),
+    ("## s1\tx\n서\tB-LC\n \n울\tO\n", 3, "no tag"),  # a space without its tag, not a sentence break
 ])
 def test_bad_rows_are_one_line_errors_naming_file_and_line(tmp_path, body, line, what):
     path = write(tmp_path, body)
@@ -263,6 +352,20 @@ def test_tiny_ner_end_to_end_and_reload(decode, run_job, tmp_path):
     again = run_job(args + ["action=eval", f"checkpoint={tmp_path / 'train'}"], "eval")
     assert again["status"] == "ok", again.get("error")
     assert again["metrics"] == pytest.approx(res["metrics"], nan_ok=True)
+
+
+def test_token_cls_end_to_end_sentence_layout_suffix_iobes(run_job, tmp_path):
+    from tasks.ner import to_iob2
+
+    text = "".join(f"Kim{i} visited Seoul today\tPER-S O LOC-S O\nPark Ji{i} left\tPER-B PER-E O\n" for i in range(8))
+    path = write(tmp_path, text, "sentences.txt")
+    res = run_job(["task=token_cls", "model=tiny", f"data.train_file={path}", f"data.validation_file={path}",
+                   "train.max_steps=3"])
+    assert res["status"] == "ok", res.get("error")
+    assert set(res["metrics"]) == {"entity_f1", "entity_f1_micro", "tag_accuracy", "tag_macro_f1"}
+    preds = [json.loads(x) for x in (tmp_path / "job" / "predictions.jsonl").read_text().splitlines()]
+    assert preds[0]["gold"] == ["PER-S", "O", "LOC-S", "O"]  # written back as the file has them
+    assert all(to_iob2(t, "iobes_suffix") for p in preds for t in p["prediction"])
 
 
 def test_token_cls_end_to_end_on_a_word_file(run_job, tmp_path):
