@@ -53,7 +53,8 @@ class DependencyHead(nn.Module):
         exists = torch.cat([torch.ones_like(counts[:, :1, 0], dtype=torch.bool), counts[..., 0] > 0], 1)
         return nodes, exists
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, token_word: torch.Tensor):
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                token_word: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         nodes, exists = self.word_states(hidden_states, token_word)
         nodes = self.dropout(nodes)
         dep = self.dropout(F.elu(self.arc_dep(nodes[:, 1:])))
@@ -77,7 +78,7 @@ class DependencyHead(nn.Module):
     def _with_bias(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.dropout(x), torch.ones_like(x[..., :1])], -1)
 
-    def loss(self, logits, heads: torch.Tensor, deprels: torch.Tensor) -> torch.Tensor:
+    def loss(self, logits: tuple[torch.Tensor, torch.Tensor], heads: torch.Tensor, deprels: torch.Tensor) -> torch.Tensor:
         first = logits[0]
         heads, deprels = (self._fit(t.long(), first.size(1)) for t in (heads, deprels))
         if first.dim() == 2:  # inference outputs: the labelled-attachment error rate
