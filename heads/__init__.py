@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from heads.dependency import DependencyHead
+from heads.relation import RelationHead
 from heads.sequence import SequenceHead
 from heads.span import CharSpanHead, SpanHead
 from heads.token import CharTokenHead, TokenHead
@@ -17,4 +19,6 @@ HEADS: dict[str, type[nn.Module]] = {
     "pair": SequenceHead,  # a pair is encoded as one sequence: [CLS] a [SEP] b [SEP]
     "token": TokenHead, "token_char": CharTokenHead,  # a tag per subword / per character (NER)
     "span": SpanHead, "span_char": CharSpanHead,  # answer start/end per token / per character (QA)
+    "relation": RelationHead,  # the two entity-start states (KLUE RE)
+    "dependency": DependencyHead,  # biaffine arcs and labels over word states (KLUE DP)
 }

@@ -7,8 +7,10 @@ from omegaconf import DictConfig, OmegaConf
 from tasks.base import Task
 from tasks.classification import ClassificationTask
 from tasks.errors import ConfigError
+from tasks.dp import DependencyTask
 from tasks.ner import NerTask, TokenTask
 from tasks.qa import QATask
+from tasks.re import RelationTask
 
 TASKS: dict[str, type[Task]] = {
     "ynat": ClassificationTask,
@@ -18,6 +20,7 @@ TASKS: dict[str, type[Task]] = {
     "text_pair": ClassificationTask,
     "ner": NerTask, "token_cls": TokenTask,
     "mrc": QATask, "korquad": QATask, "qa": QATask,
+    "re": RelationTask, "dp": DependencyTask,
 }
 
 

@@ -11,6 +11,9 @@ Reference implementations reproduced here (re-written, same results):
   - YNAT / NLI / STS / NER / MRC.
 * KorQuAD 1.0 ``evaluate-v1.0.py`` (korquad.github.io) - KorQuAD EM / F1.
 * seqeval 1.2 ``f1_score(..., mode="strict", scheme=IOB2)`` - NER entity F1.
+* KLUE-baseline ``klue_re_micro_f1`` / ``klue_re_auprc`` and ``klue_dp_{uas,las}_{macro,micro}_f1``
+  (same file, commit 443c38b) - RE and DP; sklearn's ``precision_recall_curve`` + ``auc`` (1.9)
+  for the AUPRC curve.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ __all__ = [
     "klue_mrc_normalize",
     "klue_mrc_rouge_w",
     "klue_mrc_scores",
+    "klue_re_micro_f1",
+    "klue_re_auprc",
+    "klue_dp_scores",
+    "DP_OTHERS_FROM",
 ]
 
 NER_ENTITY_TYPES = ("DT", "LC", "OG", "PS", "QT", "TI")
@@ -418,3 +425,91 @@ def klue_mrc_scores(
             out[f"exact_match_type{t}"] = 100.0 * sum(em[q] for q in ids) / len(ids)
             out[f"rouge_w_type{t}"] = 100.0 * sum(rw[q] for q in ids) / len(ids)
     return out
+
+
+# ---------------------------------------------------------------------------
+# KLUE RE
+# ---------------------------------------------------------------------------
+
+
+def klue_re_micro_f1(preds: list, golds: list, labels: list, no_relation: str = "no_relation") -> float:
+    """Micro F1 x100 over every class in ``labels`` except ``no_relation``.  Reproduces
+    KLUE-baseline ``klue_re_micro_f1``: ``f1_score(golds, preds, average="micro",
+    labels=<all but no_relation>)``; 0 when nothing is predicted or gold in those classes."""
+    _check_same_length(preds, golds)
+    scored = [c for c in labels if c != no_relation]
+    tp, fp, fn = _per_class_counts(preds, golds)
+    return 100.0 * _f1_from_counts(sum(tp[c] for c in scored), sum(fp[c] for c in scored),
+                                   sum(fn[c] for c in scored), 0.0)
+
+
+def _pr_auc(targets, scores) -> float:
+    """Area under sklearn's ``precision_recall_curve`` (trapezoids over recall, as ``auc``):
+    one point per distinct score, then (recall 0, precision 1); with no positive example recall
+    is 1 at every threshold, as sklearn sets it."""
+    import numpy as np
+
+    order = np.argsort(scores, kind="mergesort")[::-1]
+    s, y = scores[order], targets[order]
+    last = np.r_[np.nonzero(np.diff(s))[0], len(y) - 1]  # the last row of each distinct score
+    tps = np.cumsum(y)[last]
+    fps = 1 + last - tps
+    precision = tps / (tps + fps)
+    recall = tps / tps[-1] if tps[-1] > 0 else np.ones_like(tps, dtype=float)
+    precision = np.r_[precision[::-1], 1.0]
+    recall = np.r_[recall[::-1], 0.0]
+    return float(-np.trapezoid(precision, recall))  # recall falls: the area is minus the integral
+
+
+def klue_re_auprc(probs: list[list[float]], golds: list[int]) -> float:
+    """AUPRC x100: the mean over all classes (``no_relation`` included) of the one-vs-rest area
+    under the precision-recall curve of the class's predicted probability.  Reproduces
+    KLUE-baseline ``klue_re_auprc`` (``np.eye(30)[labels]``, ``precision_recall_curve`` + ``auc``
+    per class, ``np.average``); ``golds`` are class indices into the columns of ``probs``."""
+    import numpy as np
+
+    _check_same_length(probs, golds)
+    p = np.asarray(probs, dtype=np.float64)
+    onehot = np.eye(p.shape[1])[np.asarray(golds, dtype=np.int64)]
+    return 100.0 * float(np.mean([_pr_auc(onehot[:, c], p[:, c]) for c in range(p.shape[1])]))
+
+
+# ---------------------------------------------------------------------------
+# KLUE DP
+# ---------------------------------------------------------------------------
+
+# Relation ids from this index on (KLUE-baseline's get_dep_labels() order: VP_CMP onwards) are
+# merged into one "others" class before LAS is scored, as KLUE-baseline does (others_idx = 15).
+DP_OTHERS_FROM = 15
+_DP_OTHERS, _DP_WRONG_HEAD = -3, -2  # KLUE-baseline's class ids for the merged labels / a wrong head
+
+
+def klue_dp_scores(pred_heads: list[list[int]], pred_types: list[list[int]],
+                   gold_heads: list[list[int]], gold_types: list[list[int]]) -> dict:
+    """KLUE-DP UAS and LAS, macro and micro F1 x100, per word over all sentences.  Reproduces
+    KLUE-baseline ``klue_dp_{uas,las}_{macro,micro}_f1``:
+
+    * heads are word numbers (0 = root, k = the k-th word); types are relation ids in
+      KLUE-baseline's label order; gold -1 marks an unscored word (KLUE-baseline's padding);
+    * UAS: sklearn F1 of predicted vs gold heads, the classes being the head *numbers* seen in
+      either (macro), or all words (micro = accuracy);
+    * LAS: type ids >= ``DP_OTHERS_FROM`` become one class on both sides, then every word with a
+      wrong head gets predicted class -2 (a class no gold word has, which counts in the macro
+      average with F1 0, as in KLUE-baseline), then sklearn F1 over the union of classes.
+    """
+    if not (len(pred_heads) == len(pred_types) == len(gold_heads) == len(gold_types)):
+        raise ValueError("pred/gold heads and types differ in number of sentences")
+    ph, pt, gh, gt = [], [], [], []
+    for i, (a, b, c, d) in enumerate(zip(pred_heads, pred_types, gold_heads, gold_types)):
+        if not len(a) == len(b) == len(c) == len(d):
+            raise ValueError(f"sentence {i}: heads and types differ in length")
+        for p_head, p_type, g_head, g_type in zip(a, b, c, d):
+            if g_head == -1:  # KLUE-baseline drops these (its head and type paddings coincide)
+                continue
+            ph.append(p_head)
+            gh.append(g_head)
+            merged = [_DP_OTHERS if t >= DP_OTHERS_FROM else t for t in (p_type, g_type)]
+            pt.append(merged[0] if p_head == g_head else _DP_WRONG_HEAD)
+            gt.append(merged[1])
+    return {"uas_macro_f1": macro_f1(ph, gh), "uas_micro_f1": accuracy(ph, gh),
+            "las_macro_f1": macro_f1(pt, gt), "las_micro_f1": accuracy(pt, gt)}

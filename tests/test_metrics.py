@@ -21,9 +21,12 @@ from tasks.metrics import (
     NER_ENTITY_TAGS,
     accuracy,
     binary_f1_at,
+    klue_dp_scores,
     klue_mrc_normalize,
     klue_mrc_rouge_w,
     klue_mrc_scores,
+    klue_re_auprc,
+    klue_re_micro_f1,
     korquad_em,
     korquad_f1,
     korquad_normalize,
@@ -467,3 +470,158 @@ def test_klue_mrc_unanswerable_and_missing():
     assert out["exact_match"] == approx(100 / 3) and out["rouge_w"] == approx(100 / 3)
     with pytest.raises(KeyError):
         klue_mrc_scores({"u1": ""}, golds)
+
+
+# ---------------------------------------------------------------------------
+# KLUE RE: micro F1 without no_relation, AUPRC (against sklearn, as KLUE-baseline computes them)
+# ---------------------------------------------------------------------------
+RE_LABELS = ["no_relation", "org:founded", "per:spouse", "per:origin"]
+
+
+def _sklearn_re_micro_f1(preds, golds, labels):
+    skm = pytest.importorskip("sklearn.metrics")
+    scored = [c for c in labels if c != "no_relation"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return 100 * skm.f1_score(golds, preds, average="micro", labels=scored)
+
+
+def _klue_baseline_auprc(probs, labels, num_classes):
+    """KLUE-baseline klue_re_auprc, transcribed (30 classes there; num_classes here)."""
+    np = pytest.importorskip("numpy")
+    skm = pytest.importorskip("sklearn.metrics")
+    labels = np.eye(num_classes)[labels]
+    score = np.zeros((num_classes,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # classes with no gold example
+        for c in range(num_classes):
+            targets_c = labels.take([c], axis=1).ravel()
+            preds_c = probs.take([c], axis=1).ravel()
+            precision, recall, _ = skm.precision_recall_curve(targets_c, preds_c)
+            score[c] = skm.auc(recall, precision)
+    return np.average(score) * 100.0
+
+
+def test_re_micro_f1_hand_made():
+    gold = ["no_relation", "org:founded", "per:spouse", "per:spouse", "no_relation"]
+    pred = ["org:founded", "org:founded", "per:spouse", "no_relation", "no_relation"]
+    # scored classes only: tp = 2 (founded, spouse), fp = 1 (founded for a no_relation), fn = 1 (a spouse
+    # predicted no_relation); the correct no_relation counts nowhere -> F1 = 4 / (4 + 1 + 1)
+    assert klue_re_micro_f1(pred, gold, RE_LABELS) == approx(100 * 4 / 6)
+    assert klue_re_micro_f1(pred, gold, RE_LABELS) == approx(_sklearn_re_micro_f1(pred, gold, RE_LABELS))
+    # all no_relation on both sides: nothing scored -> 0, as sklearn's zero_division
+    assert klue_re_micro_f1(["no_relation"] * 3, ["no_relation"] * 3, RE_LABELS) == 0.0
+
+
+def test_re_micro_f1_matches_sklearn_random():
+    rng = random.Random(1)
+    for _ in range(30):
+        gold = [rng.choice(RE_LABELS) for _ in range(50)]
+        pred = [rng.choice(RE_LABELS) if rng.random() < 0.5 else g for g in gold]
+        assert klue_re_micro_f1(pred, gold, RE_LABELS) == approx(_sklearn_re_micro_f1(pred, gold, RE_LABELS))
+
+
+def test_re_auprc_hand_made():
+    # one class, 4 examples: scores 0.9 (pos), 0.8 (neg), 0.7 (pos), 0.1 (neg)
+    # PR points (recall, precision): (0.5, 1), (0.5, 0.5), (1, 2/3), (1, 0.5), then (0, 1)
+    # trapezoids over recall: 0..0.5 at precision 1 -> 0.5; 0.5..1 between 0.5 and 2/3 -> 0.5 * 7/12
+    probs = [[0.1, 0.9], [0.2, 0.8], [0.3, 0.7], [0.9, 0.1]]
+    golds = [1, 0, 1, 0]
+    class1 = 0.5 + 0.5 * (0.5 + 2 / 3) / 2
+    np = pytest.importorskip("numpy")
+    expected = _klue_baseline_auprc(np.asarray(probs), np.asarray(golds), 2)
+    assert klue_re_auprc(probs, golds) == approx(expected)
+    skm = pytest.importorskip("sklearn.metrics")
+    p, r, _ = skm.precision_recall_curve([1, 0, 1, 0], [0.9, 0.8, 0.7, 0.1])
+    assert skm.auc(r, p) == approx(class1)
+    # a perfect ranking of every class gives 100
+    assert klue_re_auprc([[0.9, 0.1], [0.2, 0.8]], [0, 1]) == approx(100.0)
+
+
+def test_re_auprc_matches_klue_baseline_random():
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        n, k = 60, 30
+        golds = rng.integers(0, 8 if trial % 2 else k, size=n)  # odd trials: 22 classes never gold
+        logits = rng.normal(size=(n, k))
+        logits[np.arange(n), golds] += rng.uniform(0, 3)
+        if trial % 3 == 0:
+            logits = np.round(logits, 1)  # ties between scores
+        probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+        ours = klue_re_auprc(probs.tolist(), golds.tolist())
+        assert ours == approx(_klue_baseline_auprc(probs, golds, k))
+
+
+# ---------------------------------------------------------------------------
+# KLUE DP: against a transcription of KLUE-baseline's klue_dp_{uas,las}_{macro,micro}_f1
+# ---------------------------------------------------------------------------
+
+
+def _klue_baseline_dp(head_preds, head_labels, type_preds, type_labels):
+    """KLUE-baseline's four DP metrics on flat lists (its -1 padding included), transcribed."""
+    np = pytest.importorskip("numpy")
+    skm = pytest.importorskip("sklearn.metrics")
+    head_preds, head_labels = np.array(head_preds), np.array(head_labels)
+    type_preds, type_labels = np.array(type_preds), np.array(type_labels)
+    index = [i for i, label in enumerate(head_labels) if label == -1]
+    head_preds = np.delete(head_preds, index)
+    head_labels = np.delete(head_labels, index)
+    index = [i for i, label in enumerate(type_labels) if label == -1]
+    type_preds = np.delete(type_preds, index)
+    type_labels = np.delete(type_labels, index)
+    out = {"uas_macro_f1": skm.f1_score(head_labels.tolist(), head_preds.tolist(), average="macro") * 100.0,
+           "uas_micro_f1": skm.f1_score(head_labels.tolist(), head_preds.tolist(), average="micro") * 100.0}
+    others_idx = 15
+    for i, (pred, label) in enumerate(zip(type_preds, type_labels)):
+        if pred >= others_idx:
+            type_preds[i] = -3
+        if label >= others_idx:
+            type_labels[i] = -3
+    PAD = -2
+    uas_correct = np.equal(head_preds, head_labels)
+    uas_incorrect = np.nonzero(np.invert(uas_correct))
+    for idx in uas_incorrect:
+        type_preds[idx] = PAD
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out["las_macro_f1"] = skm.f1_score(type_labels.tolist(), type_preds.tolist(), average="macro") * 100.0
+        out["las_micro_f1"] = skm.f1_score(type_labels.tolist(), type_preds.tolist(), average="micro") * 100.0
+    return out
+
+
+def _flat(rows):
+    return [x for row in rows for x in row]
+
+
+def test_dp_hand_made():
+    # two sentences; word heads (0 = root) and type ids in KLUE-baseline's order (15+ = others)
+    gold_h, gold_t = [[3, 3, 0], [2, 0]], [[3, 5, 2], [16, 2]]
+    pred_h, pred_t = [[3, 1, 0], [2, 0]], [[3, 5, 2], [20, 2]]
+    out = klue_dp_scores(pred_h, pred_t, gold_h, gold_t)
+    # UAS micro: 4 of 5 heads right
+    assert out["uas_micro_f1"] == approx(80.0)
+    # LAS: word 2 has a wrong head -> class -2; 16 and 20 both merge into "others" -> right
+    # classes {3: 1/1, 5: gold only -> 0, 2: 2/2, others: 1/1, -2: pred only -> 0}: macro = 3 / 5
+    assert out["las_micro_f1"] == approx(80.0)
+    assert out["las_macro_f1"] == approx(60.0)
+    ref = _klue_baseline_dp(_flat(pred_h), _flat(gold_h), _flat(pred_t), _flat(gold_t))
+    assert out == pytest.approx(ref, abs=1e-9)
+
+
+def test_dp_matches_klue_baseline_random():
+    rng = random.Random(3)
+    for _ in range(25):
+        gold_h, gold_t, pred_h, pred_t = [], [], [], []
+        for _ in range(rng.randrange(1, 12)):
+            n = rng.randrange(1, 15)
+            gh = [rng.randrange(0, n + 1) for _ in range(n)]
+            gt = [rng.randrange(38) for _ in range(n)]
+            ph = [h if rng.random() < 0.7 else rng.randrange(0, n + 1) for h in gh]
+            pt = [t if rng.random() < 0.6 else rng.randrange(38) for t in gt]
+            if rng.random() < 0.3:  # KLUE-baseline's padding: unscored words
+                gh[-1] = gt[-1] = -1
+            gold_h.append(gh), gold_t.append(gt), pred_h.append(ph), pred_t.append(pt)
+        ours = klue_dp_scores(pred_h, pred_t, gold_h, gold_t)
+        ref = _klue_baseline_dp(_flat(pred_h), _flat(gold_h), _flat(pred_t), _flat(gold_t))
+        assert ours == pytest.approx(ref, abs=1e-9)

@@ -1,0 +1,239 @@
+"""KLUE DP: dependency parsing of eojeol (words): a head word and a relation label per word.
+
+* reading: KLUE's official TSV, one word per line ``INDEX WORD_FORM LEMMA POS HEAD DEPREL``,
+  ``##`` comment lines (the ``## guid<TAB>sentence`` line opens a sentence), a blank line between
+  sentences. Only WORD_FORM, HEAD and DEPREL are used (no POS features).
+* encoding: the words joined by spaces are tokenized with offsets; each token knows its word
+  (``token_word``, -100 for specials) through the character alignment NER uses (tasks/ner.py), so
+  it holds for every tokenizer. The head (heads/dependency.py) builds a state per word (its first
+  subword or the mean of its subwords, ``task.word_pooling``) and [CLS] stands for the root.
+  Gold heads are word numbers (0 = root); a word lost to truncation or without any subword has no
+  state: it is not trained on (-100), and neither is a word whose gold head is such a word.
+* decoding: the head predicts per word the best-scoring head and the label at that head (at
+  inference, the label of the *predicted* head); a word without a state gets a fixed guess (the
+  next word as its head, the last word the root; Korean is head-final), label ``labels[0]``.
+* scoring: KLUE-baseline's UAS and LAS, macro and micro F1 (tasks/metrics.klue_dp_scores).
+* ``ceiling``: the gold heads and labels through this alignment and decoding.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Iterable
+
+import numpy as np
+
+from tasks import metrics
+from tasks.base import EncodeSettings, Task
+from tasks.collate import IGNORE
+from tasks.errors import ConfigError, DataError
+from tasks.io import open_text, text_lines
+from tasks.log import log
+from tasks.ner import Warnings, align, layout
+
+WORD_POOLINGS = ("first", "mean")
+N_COLUMNS = 6  # INDEX WORD_FORM LEMMA POS HEAD DEPREL
+
+
+def word_of_tokens(words: list[str], offsets: list[tuple[int, int]], special: list[bool],
+                   truncated: bool) -> tuple[list[int], int]:
+    """Per token the (0-based) word it belongs to, -100 for specials; and the number of words
+    before the truncation point (the rest are lost)."""
+    lay = layout(words, " ")
+    al = align(lay.text, offsets, special, truncated)
+    token_word = [IGNORE if s < 0 else lay.char_unit[s] for s in al.token_start]
+    kept = sum(1 for first in lay.unit_first if first < al.char_limit)
+    return token_word, kept
+
+
+def fallback_heads(n: int) -> list[int]:
+    """The guess for words without a state: the next word, the last word the root."""
+    return [k + 2 if k + 1 < n else 0 for k in range(n)]
+
+
+class DependencyTask(Task):
+    """KLUE DP (``task=dp``)."""
+
+    head = "dependency"
+    label_fields = ("heads", "deprels")
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.word_pooling = str(cfg.get("word_pooling", "first"))
+        if self.word_pooling not in WORD_POOLINGS:
+            raise ConfigError(f"task.word_pooling={self.word_pooling}: choose one of {', '.join(WORD_POOLINGS)}")
+
+    # ---- reading -------------------------------------------------------------------------
+    def read_file(self, path: str) -> list[dict]:
+        examples: list[dict] = []
+        cur: dict | None = None
+        header: tuple[str, str] | None = None
+        label_set = set(self.labels or [])
+
+        def close():
+            nonlocal cur, header
+            if cur is not None:
+                self._check_tree(path, cur)
+                examples.append(cur)
+            cur, header = None, None
+
+        with open_text(path) as f:
+            for n, raw in enumerate(text_lines(path, f), 1):
+                line = raw.rstrip("\r\n")
+                if line.startswith("#"):
+                    parts = line.split("\t")
+                    if len(parts) == 2:  # "## guid<TAB>sentence"; other comment lines are notes
+                        close()
+                        header = (parts[0].lstrip("#").strip(), parts[1].strip())
+                    continue
+                if not line.strip():
+                    close()
+                    continue
+                row = line.split("\t")
+                if len(row) != N_COLUMNS:
+                    raise DataError(path, n, f"{len(row)} tab-separated columns, expected {N_COLUMNS} "
+                                             "(INDEX WORD_FORM LEMMA POS HEAD DEPREL)")
+                index, word, _, _, head, deprel = (c.strip() for c in row)
+                if cur is None:
+                    guid = header[0] if header else f"{os.path.basename(path)}:{n}"
+                    cur = {"id": guid, "source": path, "line": n, "words": [], "heads": [], "deprels": []}
+                if not index.isdigit() or int(index) != len(cur["words"]) + 1:
+                    raise DataError(path, n, f"word index {index!r}, expected {len(cur['words']) + 1}")
+                if not word or any(ch.isspace() for ch in word):
+                    raise DataError(path, n, f"word form {word!r} is empty or contains a space")
+                if not head.isdigit():
+                    raise DataError(path, n, f"head {head!r} is not a word number")
+                if self.labels is not None and deprel not in label_set:
+                    raise DataError(path, n, f"unknown relation '{deprel}' (expected one of: "
+                                             f"{', '.join(self.labels)})")
+                cur["words"].append(word)
+                cur["heads"].append(int(head))
+                cur["deprels"].append(deprel)
+        close()
+        return examples
+
+    @staticmethod
+    def _check_tree(path: str, ex: dict) -> None:
+        n = len(ex["words"])
+        for k, h in enumerate(ex["heads"]):
+            if h > n or h == k + 1:
+                raise DataError(path, ex["line"] + k, f"sentence {ex['id']}: word {k + 1} has head {h} "
+                                                     f"(the sentence has {n} words; 0 is the root)")
+
+    def read_hub(self, rows, path: str) -> list[dict]:
+        raise ConfigError(f"task {self.name} reads KLUE's DP TSV: set data.train_file=... "
+                          "(data.validation_file=... or data.validation_split=0.2), or data=sample")
+
+    def fit_labels(self, train: list[dict]) -> None:
+        if self.labels is None:
+            self.labels = sorted({d for ex in train for d in ex["deprels"]})
+
+    def training_texts(self, examples: list[dict]) -> Iterable[str]:
+        return (" ".join(ex["words"]) for ex in examples)
+
+    # ---- encoding ------------------------------------------------------------------------
+    def head_kwargs(self) -> dict:
+        return {"num_labels": len(self.labels), "word_pooling": self.word_pooling,
+                "arc_dim": int(self.cfg.get("arc_dim", 512)), "label_dim": int(self.cfg.get("label_dim", 128))}
+
+    def model_columns(self, features) -> list[str]:
+        return super().model_columns(features) + ["token_word"]
+
+    def encode(self, examples: list[dict], tokenizer, settings: EncodeSettings):
+        import datasets
+
+        if not getattr(tokenizer, "is_fast", False):
+            raise ConfigError(f"task {self.name} aligns words by character offsets: it needs a fast "
+                              f"tokenizer, got {type(tokenizer).__name__}")
+        enc = tokenizer([" ".join(ex["words"]) for ex in examples], truncation=True,
+                        max_length=settings.max_length, return_offsets_mapping=True,
+                        return_token_type_ids=settings.token_type_ids)
+        cols: dict[str, list] = {k: list(v) for k, v in enc.items() if k != "offset_mapping"}
+        cols.update(token_word=[], n_words=[], represented=[], heads=[], deprels=[])
+        label_id = {name: k for k, name in enumerate(self.labels)}
+        lost = Counter()
+        warnings = Warnings()
+        for i, ex in enumerate(examples):
+            special = [s is None for s in enc.sequence_ids(i)]
+            truncated = len(enc["input_ids"][i]) >= settings.max_length
+            token_word, kept = word_of_tokens(ex["words"], enc["offset_mapping"][i], special, truncated)
+            has_state = set(t for t in token_word if t != IGNORE)
+            n = len(ex["words"])
+            width = max(has_state) + 1 if has_state else 0  # words past the last one with a state: dropped
+            represented = [k in has_state for k in range(n)]
+            for k in range(n):
+                if not represented[k]:
+                    why = "past max_length" if k >= kept else "without a subword"
+                    lost[why] += 1
+                    warnings.warn(f"word {why}", f"{ex['source']}:{ex['line'] + k}",
+                                  f"sentence {ex['id']}: word {k + 1} {ex['words'][k]!r} is {why}: it gets "
+                                  "the fallback guess")
+            heads, deprels = [], []
+            for k in range(width):
+                h = ex["heads"][k]
+                ok = represented[k] and (h == 0 or represented[h - 1])
+                heads.append(h if ok else IGNORE)
+                deprels.append(label_id[ex["deprels"][k]] if ok else IGNORE)
+            cols["token_word"].append(token_word)
+            cols["n_words"].append(n)
+            cols["represented"].append(represented)
+            cols["heads"].append(heads)
+            cols["deprels"].append(deprels)
+        warnings.summary(str(examples[0].get("source", "?")) if examples else "?")
+        if lost:
+            log(f"{sum(lost.values())} words have no state and get the fallback guess: "
+                + ", ".join(f"{n} {why}" for why, n in lost.items()))
+        return datasets.Dataset.from_dict(cols)
+
+    # ---- decoding and scoring ------------------------------------------------------------
+    def decode(self, predictions, features, examples: list[dict]) -> list[dict]:
+        """Per sentence ``heads`` (word numbers, 0 = root) and ``deprels`` (names), one per word.
+        ``predictions``: the head's (predicted heads, predicted label ids) per word slot."""
+        pred_heads, pred_labels = (np.asarray(p) for p in predictions[:2])
+        represented = features["represented"]
+        outputs = []
+        for i, ex in enumerate(examples):
+            n = len(ex["words"])
+            heads, deprels = fallback_heads(n), [self.labels[0]] * n
+            for k in range(n):
+                if represented[i][k]:
+                    heads[k] = int(pred_heads[i, k])
+                    deprels[k] = self.labels[int(pred_labels[i, k])]
+            outputs.append({"heads": heads, "deprels": deprels})
+        return outputs
+
+    def score(self, outputs: list[dict], examples: list[dict]) -> dict[str, float]:
+        label_id = {name: k for k, name in enumerate(self.labels)}
+        return metrics.klue_dp_scores([o["heads"] for o in outputs],
+                                      [[label_id[d] for d in o["deprels"]] for o in outputs],
+                                      [ex["heads"] for ex in examples],
+                                      [[label_id[d] for d in ex["deprels"]] for ex in examples])
+
+    def prediction_records(self, outputs: list[dict], examples: list[dict]) -> list[dict]:
+        return [{"id": ex["id"], "words": ex["words"], "heads": out["heads"], "deprels": out["deprels"],
+                 "gold_heads": ex["heads"], "gold_deprels": ex["deprels"]} for out, ex in zip(outputs, examples)]
+
+    # ---- pipeline ceiling ----------------------------------------------------------------
+    def ceiling(self, features, examples: list[dict]) -> tuple[dict[str, float], dict]:
+        """Gold heads and labels wherever the alignment lets a model express them (words with a
+        state whose gold head has one too), the decode's fallback elsewhere."""
+        width = max((len(ex["words"]) for ex in examples), default=1)
+        heads = np.full((len(examples), width), IGNORE, dtype=np.int64)
+        labels = np.full((len(examples), width), IGNORE, dtype=np.int64)
+        fallback_used = unexpressible = 0
+        for i, (ex, gold_h, gold_l) in enumerate(zip(examples, features["heads"], features["deprels"])):
+            for k, (h, lab) in enumerate(zip(gold_h, gold_l)):
+                heads[i, k], labels[i, k] = h, lab
+            # a word with a state whose gold head has none: the best a model can do is some other word
+            for k, rep in enumerate(features["represented"][i]):
+                if not rep:
+                    fallback_used += 1
+                elif k >= len(gold_h) or gold_h[k] == IGNORE:
+                    unexpressible += 1
+                    heads[i, k], labels[i, k] = fallback_heads(len(ex["words"]))[k], 0
+        outputs = self.decode((heads, labels), features, examples)
+        n_words = sum(len(ex["words"]) for ex in examples)
+        lines = [f"ceiling: {fallback_used} of {n_words} words have no state (fallback guess), "
+                 f"{unexpressible} more have a gold head without one"]
+        return self.score(outputs, examples), {"words": n_words, "without_state": fallback_used,
+                                               "head_without_state": unexpressible, "lines": lines}
