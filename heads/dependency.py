@@ -21,11 +21,12 @@ from torch import nn
 from torch.nn import functional as F
 
 from heads.token import tagging_loss
+from tasks.base import LABEL_FIELDS
 from tasks.collate import IGNORE
 
 
 class DependencyHead(nn.Module):
-    label_fields = ("heads", "deprels")
+    label_fields = LABEL_FIELDS["dependency"]
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, word_pooling: str = "first",
                  arc_dim: int = 512, label_dim: int = 128):

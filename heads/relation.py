@@ -8,11 +8,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from tasks.base import LABEL_FIELDS
+
 
 class RelationHead(nn.Module):
     """[subject-start state; object-start state] → dropout → dense → tanh → dropout → out."""
 
-    label_fields = ("labels",)
+    label_fields = LABEL_FIELDS["relation"]
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
         super().__init__()

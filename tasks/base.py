@@ -28,6 +28,7 @@ LABEL_FIELDS: dict[str, tuple[str, ...]] = {
     "sequence": ("labels",), "pair": ("labels",),
     "token": ("labels",), "token_char": ("labels",),
     "span": ("start_positions", "end_positions"), "span_char": ("start_positions", "end_positions"),
+    "relation": ("labels",), "dependency": ("heads", "deprels"),
 }
 
 

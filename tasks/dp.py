@@ -55,7 +55,7 @@ class DependencyTask(Task):
     """KLUE DP (``task=dp``)."""
 
     head = "dependency"
-    label_fields = ("heads", "deprels")
+    saved_options = {"word_pooling": "error"}  # which subword states make a word's state
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -64,7 +64,7 @@ class DependencyTask(Task):
             raise ConfigError(f"task.word_pooling={self.word_pooling}: choose one of {', '.join(WORD_POOLINGS)}")
 
     # ---- reading -------------------------------------------------------------------------
-    def read_file(self, path: str) -> list[dict]:
+    def read_file(self, path: str, labelled: bool = True) -> list[dict]:
         examples: list[dict] = []
         cur: dict | None = None
         header: tuple[str, str] | None = None

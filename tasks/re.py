@@ -83,6 +83,7 @@ class RelationTask(Task):
     """KLUE RE (``task=re``)."""
 
     head = "relation"
+    saved_options = {"pooling": "error"}  # [CLS] (sequence head) or the entity starts (relation head)
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -96,7 +97,7 @@ class RelationTask(Task):
             raise ConfigError(f"task.no_relation={self.no_relation} is not among task.labels")
 
     # ---- reading -------------------------------------------------------------------------
-    def read_file(self, path: str) -> list[dict]:
+    def read_file(self, path: str, labelled: bool = True) -> list[dict]:
         """KLUE's official RE JSON: a list of objects with ``guid``, ``sentence``,
         ``subject_entity``/``object_entity`` {word, start_idx, end_idx, type} and ``label`` (name)."""
         warnings = Warnings()
