@@ -646,7 +646,8 @@ def action_embed(cfg: DictConfig, run_dir: str) -> dict:
 
     if not cfg.embed.get("input"):
         raise ConfigError("action=embed needs embed.input=FILE (one text per line, or CSV/JSONL with embed.column)")
-    rows = embed.read_texts(str(cfg.embed.input), str(cfg.embed.column), cfg.embed.get("format"))
+    rows = embed.read_texts(str(cfg.embed.input), str(cfg.embed.column), cfg.embed.get("format"),
+                            quoting=cfg.data.get("quoting", "auto"))
     texts = [text for _, text in rows]
     seed_everything(int(cfg.train.seed))
     loaded = load_encoder_side(cfg, None, texts)

@@ -346,16 +346,18 @@ class TokenTask(Task):
         tags = [t for _, _, tags, _ in sentences for t in tags]
         scheme = detect_scheme(tags)
         if scheme is None:
-            prefix = sum(1 for t in tags if tag_parts(t, False))
-            fits = "iob2" if prefix * 2 >= sum(1 for t in tags if tag_parts(t, True)) else "iob2_suffix"
-            odd = next((n, t) for _, _, ts, ns in sentences for t, n in zip(ts, ns)
-                       if t != "O" and not tag_parts(t, fits.endswith("_suffix")))
-            raise DataError(path, odd[0], f"tag '{odd[1]}' is not an entity tag like the others "
-                                          f"({'B-X' if fits == 'iob2' else 'X-B'}): fix it, or set "
-                                          "task.scheme=none to learn the tags as they are (no entity F1)")
+            suffix = sum(1 for t in tags if tag_parts(t, True)) > sum(1 for t in tags if tag_parts(t, False))
+            line, odd = next((n, t) for _, _, ts, ns in sentences for t, n in zip(ts, ns)
+                             if t != "O" and not tag_parts(t, suffix))
+            raise DataError(path, line, f"tag '{odd}' is not an entity tag like the others "
+                                        f"({'X-B' if suffix else 'B-X'}): fix it, or set task.scheme=none "
+                                        "to learn the tags as they are (no entity F1)")
         self.scheme, self.scheme_from = scheme, f"detected in {path}"
-        log(f"{path}: tag scheme {scheme} (detected; read as IOB2, predictions written back in it; "
-            "task.scheme= overrides)")
+        if scheme == "none":
+            log(f"{path}: no entity tags: tag scheme none (tag accuracy only; task.scheme= overrides)")
+        else:
+            log(f"{path}: tag scheme {scheme} (detected; read as IOB2, predictions written back in it; "
+                "task.scheme= overrides)")
 
     def _read_conll(self, path: str, lines: list[str], skip) -> list:
         """One unit per line, columns split by tab (or by whitespace when the line has no tab),

@@ -354,27 +354,23 @@ def test_tiny_ner_end_to_end_and_reload(decode, run_job, tmp_path):
     assert again["metrics"] == pytest.approx(res["metrics"], nan_ok=True)
 
 
-def test_token_cls_end_to_end_sentence_layout_suffix_iobes(run_job, tmp_path):
+@pytest.mark.parametrize("name, text, first_gold, scheme", [
+    ("words.conll", "".join(f"Kim{i} B-PER\nvisited O\nSeoul B-LOC\ntoday O\n\n" for i in range(12)),
+     ["B-PER", O, "B-LOC", O], "iob2"),
+    ("sentences.txt", "".join(f"Kim{i} visited Seoul today\tPER-S O LOC-S O\nPark Ji{i} left\tPER-B PER-E O\n"
+                              for i in range(8)), ["PER-S", O, "LOC-S", O], "iobes_suffix"),
+])
+def test_token_cls_end_to_end(name, text, first_gold, scheme, run_job, tmp_path):
     from tasks.ner import to_iob2
 
-    text = "".join(f"Kim{i} visited Seoul today\tPER-S O LOC-S O\nPark Ji{i} left\tPER-B PER-E O\n" for i in range(8))
-    path = write(tmp_path, text, "sentences.txt")
+    path = write(tmp_path, text, name)
     res = run_job(["task=token_cls", "model=tiny", f"data.train_file={path}", f"data.validation_file={path}",
                    "train.max_steps=3"])
     assert res["status"] == "ok", res.get("error")
     assert set(res["metrics"]) == {"entity_f1", "entity_f1_micro", "tag_accuracy", "tag_macro_f1"}
     preds = [json.loads(x) for x in (tmp_path / "job" / "predictions.jsonl").read_text().splitlines()]
-    assert preds[0]["gold"] == ["PER-S", "O", "LOC-S", "O"]  # written back as the file has them
-    assert all(to_iob2(t, "iobes_suffix") for p in preds for t in p["prediction"])
-
-
-def test_token_cls_end_to_end_on_a_word_file(run_job, tmp_path):
-    text = "".join(f"Kim{i} B-PER\nvisited O\nSeoul B-LOC\ntoday O\n\n" for i in range(12))
-    path = write(tmp_path, text, "words.conll")
-    res = run_job(["task=token_cls", "model=tiny", f"data.train_file={path}", f"data.validation_file={path}",
-                   "train.max_steps=3"])
-    assert res["status"] == "ok", res.get("error")
-    assert set(res["metrics"]) == {"entity_f1", "entity_f1_micro", "tag_accuracy", "tag_macro_f1"}
+    assert preds[0]["gold"] == first_gold  # written back as the file has them
+    assert all(to_iob2(t, scheme) for p in preds for t in p["prediction"])
 
 
 # ---- real data (../shared) --------------------------------------------------------------------------
