@@ -450,7 +450,7 @@ def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
     from transformers.trainer_utils import get_last_checkpoint
 
     from heads.encoder import load_tokenizer
-    from heads.mlm import load_mlm_model, mlm_metrics
+    from heads.mlm import held_out_curve, load_mlm_model, mlm_metrics
     from tasks import pretrain
 
     p, seed = cfg.pretrain, int(cfg.train.seed)
@@ -473,8 +473,10 @@ def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
     initial = mlm_metrics(model, held_out)
     log(f"before: masked-token accuracy {initial['mlm_accuracy']:.2f} %, perplexity {initial['perplexity']:.1f}")
     args = training_arguments(cfg, run_dir, pretrain.MaskedLM, do_eval=False)
+    curve = [{"step": 0, **initial}]
     trainer = trainer_class()(model=model, args=args, train_dataset=pretrain.model_rows(blocks["train"], whole),
-                              data_collator=pretrain.mlm_collator(tokenizer, p))
+                              data_collator=pretrain.mlm_collator(tokenizer, p),
+                              callbacks=[held_out_curve(held_out, int(p.get("eval_every") or 0), curve)])
     resume = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
     if resume:
         log(f"resuming from {resume}")
@@ -494,7 +496,8 @@ def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
            "n_eval_blocks": len(eval_rows), "padding_efficiency": pretrain.padding_efficiency(blocks["train"]),
            "train_loss": loss, "train_steps": train_out.global_step, "train_runtime_s": runtime,
            "tokens_per_second": real_tokens * float(train_out.metrics.get("epoch") or 0) / runtime,
-           "initial_metrics": initial, "metrics": metrics, "resumed_from": resume,
+           "initial_metrics": initial, "metrics": metrics, "resumed_from": resume, "held_out_curve": curve,
+           "loss_curve": [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h],
            "data": {s: t.source for s, t in text.items()}}
     if trainer.is_world_process_zero() and cfg.save_model:
         out = os.path.join(run_dir, "model")

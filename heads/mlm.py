@@ -60,3 +60,16 @@ def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
     loss = loss_sum / count
     return {"mlm_accuracy": 100.0 * correct / count, "perplexity": math.exp(min(loss, 700.0)),
             "mlm_loss": loss, "n_masked": count}
+
+
+def held_out_curve(batches: list[dict], every: int, curve: list[dict]):
+    """A Trainer callback that scores ``batches`` every ``every`` optimizer steps into ``curve``
+    (the learning curve of results.json: is the held-out accuracy still climbing?)."""
+    from transformers import TrainerCallback
+
+    class HeldOutCurve(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if every > 0 and state.global_step % every == 0 and state.is_world_process_zero:
+                curve.append({"step": state.global_step, **mlm_metrics(model, batches)})
+
+    return HeldOutCurve()

@@ -32,11 +32,12 @@ def read_texts(path: str, column: str = "text", fmt: str | None = None,
     if fmt == "txt":
         if not os.path.isfile(path):
             raise DataError(path, None, "file not found")
+        with open(path, "rb") as f:
+            raw = f.read()
         try:
-            with open(path, encoding="utf-8-sig") as f:
-                lines = f.read().splitlines()
-        except UnicodeDecodeError:
-            raise DataError(path, None, "not UTF-8 text") from None
+            lines = raw.decode("utf-8-sig").splitlines()
+        except UnicodeDecodeError as e:
+            raise DataError(path, raw[:e.start].count(b"\n") + 1, "not UTF-8 text") from None
         rows = [(str(n), line) for n, line in enumerate(lines, 1) if line.strip()]
         if len(rows) < len(lines):
             log(f"{path}: skipped {len(lines) - len(rows)} blank line(s)")
