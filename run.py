@@ -6,6 +6,7 @@ KLUE metrics → ``results.json`` (atomic) in the run directory, plus the model 
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import json
 import math
@@ -454,7 +455,7 @@ def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
     from tasks import pretrain
 
     p, seed = cfg.pretrain, int(cfg.train.seed)
-    cfg = cfg.copy()
+    cfg = copy.deepcopy(cfg)
     cfg.train.group_by_length = False  # every packed block has the same length
     with local_rank_zero_first():
         text = pretrain.load_text(cfg.data, seed)
