@@ -6,6 +6,7 @@ KLUE metrics → ``results.json`` (atomic) in the run directory, plus the model 
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import json
 import math
@@ -346,7 +347,7 @@ COMPLETE = "kotune_complete.json"  # written last into a checkpoint: its absence
 def trainer_class():
     import safetensors.torch
     from torch.utils.data import SequentialSampler
-    from transformers import Trainer
+    from transformers import PreTrainedModel, Trainer
 
     class KotuneTrainer(Trainer):
         """Trainer with kotune's evaluation order, optimizer groups and checkpoints.
@@ -403,9 +404,13 @@ def trainer_class():
                                   f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
 
         def _load_from_checkpoint(self, resume_from_checkpoint, model=None) -> None:
+            if isinstance(self.model, PreTrainedModel):  # a whole HF model (pretrain): tied weights and all
+                return super()._load_from_checkpoint(resume_from_checkpoint, model)
             self._load_state(resume_from_checkpoint)
 
         def _load_best_model(self) -> None:
+            if isinstance(self.model, PreTrainedModel):
+                return super()._load_best_model()
             self._load_state(self.state.best_model_checkpoint)
 
     return KotuneTrainer
@@ -500,6 +505,32 @@ def find_resume_checkpoint(cfg: DictConfig, run_dir: str) -> tuple[str | None, d
     return None, {}
 
 
+def train_resumable(trainer, cfg: DictConfig, run_dir: str) -> tuple[dict, float | None, int | None]:
+    """``trainer.train()``, continued from the run dir's newest complete checkpoint (``train.resume``):
+    returns Trainer's metrics, the train loss over *all* steps (Trainer's own averages only the steps
+    after a resume) and the step resumed from."""
+    resume_from, marker = find_resume_checkpoint(cfg, run_dir)
+    total = None
+    if resume_from:
+        with open(os.path.join(resume_from, "trainer_state.json"), encoding="utf-8") as f:
+            total = json.load(f).get("max_steps")
+        log(f"resume: from {os.path.basename(resume_from)} of {total}")
+    if resume_from and total and int(marker["step"]) >= int(total):
+        # training had finished: Trainer would run one step more than asked when resumed there
+        trainer._load_from_checkpoint(resume_from)
+        trainer.state.global_step = int(marker["step"])
+        train_metrics, train_loss = {}, marker["loss_sum"] / int(marker["step"])
+    else:
+        train_metrics = trainer.train(resume_from_checkpoint=resume_from).metrics
+        train_loss = train_metrics.get("train_loss")
+        if resume_from and train_loss is not None:
+            done = int(marker["step"])
+            train_loss = (train_loss * (trainer.state.global_step - done) + marker["loss_sum"]) / trainer.state.global_step
+    if not math.isfinite(train_loss if train_loss is not None else 0.0):
+        raise KotuneError(f"training diverged: loss is {train_loss}")
+    return train_metrics, train_loss, int(marker["step"]) if resume_from else None
+
+
 # ---- prediction and reports --------------------------------------------------------------------
 def predict(trainer, b: Built, split: str) -> tuple[list, dict]:
     """Predict in batches sorted by length (little padding), then restore the input order:
@@ -557,25 +588,7 @@ def action_train(cfg: DictConfig, run_dir: str) -> dict:
     trainer = make_trainer(cfg, b, run_dir)
     log(f"training: {len(b.splits['train'].examples)} examples, "
         f"{b.model.param_counts()['trainable_params']:,} trainable parameters")
-    resume_from, marker = find_resume_checkpoint(cfg, run_dir)
-    total = None
-    if resume_from:
-        with open(os.path.join(resume_from, "trainer_state.json"), encoding="utf-8") as f:
-            total = json.load(f).get("max_steps")
-        log(f"resume: from {os.path.basename(resume_from)} of {total}")
-    if resume_from and total and int(marker["step"]) >= int(total):
-        # training had finished: Trainer would run one step more than asked when resumed there
-        trainer._load_from_checkpoint(resume_from)
-        trainer.state.global_step = int(marker["step"])
-        train_metrics, train_loss = {}, marker["loss_sum"] / int(marker["step"])
-    else:
-        train_metrics = trainer.train(resume_from_checkpoint=resume_from).metrics
-        train_loss = train_metrics.get("train_loss")
-        if resume_from and train_loss is not None:  # Trainer averages only the steps after the resume
-            done = int(marker["step"])
-            train_loss = (train_loss * (trainer.state.global_step - done) + marker["loss_sum"]) / trainer.state.global_step
-    if not math.isfinite(train_loss if train_loss is not None else 0.0):
-        raise KotuneError(f"training diverged: loss is {train_loss}")
+    train_metrics, train_loss, resumed_from = train_resumable(trainer, cfg, run_dir)
     best = {}
     if cfg.train.get("select_best"):
         last = [h for h in trainer.state.log_history if f"eval_{b.task.main_metric}" in h]
@@ -589,7 +602,7 @@ def action_train(cfg: DictConfig, run_dir: str) -> dict:
     res = run_report(cfg, run_dir, b, "validation", outputs, speed, train_loss=train_loss,
                      train_samples_per_second=train_metrics.get("train_samples_per_second"),
                      head_train_s=train_metrics.get("train_runtime"),
-                     resumed_from=int(marker["step"]) if resume_from else None, **best)
+                     resumed_from=resumed_from, **best)
     if trainer.is_world_process_zero() and cfg.save_model:
         b.model.save(os.path.join(run_dir, "model"), b.tokenizer)
     return res
@@ -683,9 +696,67 @@ def action_embed(cfg: DictConfig, run_dir: str) -> dict:
     return res
 
 
+def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
+    """Masked-LM pretraining (random init, a tokenizer trained on the text) or continued pretraining
+    of a checkpoint with its own MLM head: packed blocks (tasks/pretrain.py), the library's MLM
+    collator, Trainer; held-out masked-token accuracy and perplexity with one fixed masking before
+    and after training; ``model/`` is a standard Hugging Face directory."""
+    from heads.encoder import load_tokenizer
+    from heads.mlm import held_out_curve, load_mlm_model, mlm_metrics
+    from tasks import pretrain
+
+    p, seed = cfg.pretrain, int(cfg.train.seed)
+    cfg = copy.deepcopy(cfg)
+    cfg.train.group_by_length = False  # every packed block has the same length
+    with local_rank_zero_first():
+        text = pretrain.load_text(cfg.data, seed)
+        log(f"pretrain: {len(text['train'].lines)} training lines, {len(text['validation'].lines)} held out")
+        tokenizer = load_tokenizer(cfg.model, texts=text["train"].lines, cache_dir=cfg.cache_dir)
+        pretrain.check_vocabulary(tokenizer, cfg.model, text["train"].source)
+        warn_unknown_hangul(tokenizer, text["train"].lines)
+        model = load_mlm_model(cfg.model, len(tokenizer), seed)
+        max_length = resolve_max_length(int(cfg.train.max_length), model.config)
+        blocks = {s: pretrain.pack_blocks(tokenizer, *pretrain.tokenize_lines(tokenizer, t.lines), max_length)
+                  for s, t in text.items()}
+    whole = bool(p.whole_word)
+    eval_rows = pretrain.model_rows(blocks["validation"], whole)[: p.get("max_eval_blocks") or None]
+    held_out = pretrain.masked_batches(eval_rows, pretrain.mlm_collator(tokenizer, p, seed=int(p.eval_seed)),
+                                       int(cfg.train.eval_batch_size))
+    initial = mlm_metrics(model, held_out)
+    log(f"before: masked-token accuracy {initial['mlm_accuracy']:.2f} %, perplexity {initial['perplexity']:.1f}")
+    args = training_arguments(cfg, run_dir, ["labels"], do_eval=False)
+    curve = [{"step": 0, **initial}]
+    trainer = trainer_class()(model=model, args=args, train_dataset=pretrain.model_rows(blocks["train"], whole),
+                              data_collator=pretrain.mlm_collator(tokenizer, p),
+                              callbacks=[held_out_curve(held_out, int(p.get("eval_every") or 0), curve)])
+    log(f"pretraining: {len(blocks['train'])} blocks of {max_length} tokens, "
+        f"{sum(x.numel() for x in model.parameters()):,} parameters")
+    trainer.kotune_config = resume_identity(cfg)
+    train_metrics, loss, resumed_from = train_resumable(trainer, cfg, run_dir)
+    metrics = mlm_metrics(trainer.model, held_out)
+    log(f"after: masked-token accuracy {metrics['mlm_accuracy']:.2f} %, perplexity {metrics['perplexity']:.1f}")
+    runtime = train_metrics.get("train_runtime") or float("nan")
+    real_tokens = sum(sum(r["attention_mask"]) for r in blocks["train"])
+    res = {"task": "pretrain", "main_metric": "mlm_accuracy", "max_length": max_length,
+           "vocab_size": len(tokenizer), "n_train_lines": len(text["train"].lines),
+           "n_eval_lines": len(text["validation"].lines), "n_train_blocks": len(blocks["train"]),
+           "n_eval_blocks": len(eval_rows), "padding_efficiency": pretrain.padding_efficiency(blocks["train"]),
+           "train_loss": loss, "train_steps": trainer.state.global_step, "train_runtime_s": runtime,
+           "tokens_per_second": real_tokens * float(train_metrics.get("epoch") or 0) / runtime,
+           "initial_metrics": initial, "metrics": metrics, "resumed_from": resumed_from, "held_out_curve": curve,
+           "loss_curve": [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h],
+           "data": {s: t.source for s, t in text.items()}}
+    if trainer.is_world_process_zero() and cfg.save_model:
+        out = os.path.join(run_dir, "model")
+        trainer.model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        res["model_dir"] = os.path.abspath(out)
+    return res
+
+
 ACTIONS: dict[str, Callable[[DictConfig, str], dict]] = {
     "train": action_train, "eval": action_eval, "predict": action_predict, "ceiling": action_ceiling,
-    "embed": action_embed,
+    "embed": action_embed, "pretrain": action_pretrain,
 }
 
 
@@ -740,7 +811,7 @@ def execute(cfg: DictConfig, run_dir: str) -> dict:
                              "keep_going_on_bugs=false raises it)")
     results["runtime_s"] = round(time.time() - started, 3)
     metrics = results.get("metrics") or {}
-    results["main_score"] = metrics.get(cfg.task.main_metric)
+    results["main_score"] = metrics.get(results["main_metric"])
     results["config"] = OmegaConf.to_container(cfg, resolve=True)
     results["versions"] = versions()
     if int(os.environ.get("RANK", 0)) == 0:

@@ -25,30 +25,32 @@ class Occurrence:
 
 
 def read_texts(path: str, column: str = "text", fmt: str | None = None,
-               quoting: str | None = "auto") -> list[tuple[str, str]]:
+               quoting: str | None = "auto", option: str = "embed.column") -> list[tuple[str, str]]:
     """``(where, text)`` pairs: one text per line of a .txt file (blank lines skipped), or the
-    ``column`` of a CSV/TSV/JSON/JSONL file (``quoting``: auto | none | csv, as data.quoting)."""
+    ``column`` of a CSV/TSV/JSON/JSONL file (``quoting``: auto | none | csv, as data.quoting;
+    ``option``: the config key named in errors)."""
     fmt = fmt or ("txt" if os.path.splitext(path)[1].lower() in (".txt", "") else None)
     if fmt == "txt":
         if not os.path.isfile(path):
             raise DataError(path, None, "file not found")
+        with open(path, "rb") as f:
+            raw = f.read()
         try:
-            with open(path, encoding="utf-8-sig") as f:
-                lines = f.read().splitlines()
-        except UnicodeDecodeError:
-            raise DataError(path, None, "not UTF-8 text") from None
+            lines = raw.decode("utf-8-sig").splitlines()
+        except UnicodeDecodeError as e:
+            raise DataError(path, raw[:e.start].count(b"\n") + 1, "not UTF-8 text") from None
         rows = [(str(n), line) for n, line in enumerate(lines, 1) if line.strip()]
         if len(rows) < len(lines):
-            log(f"embed: {path}: skipped {len(lines) - len(rows)} blank line(s)")
+            log(f"{path}: skipped {len(lines) - len(rows)} blank line(s)")
     else:
         rows = []
         for where, record in read_records(path, fmt, quoting):
             value = field(path, where, record, column)
             if not isinstance(value, str) or not value.strip():
-                raise DataError(path, where, f"embed.column '{column}': empty or non-text value {value!r}")
+                raise DataError(path, where, f"{option} '{column}': empty or non-text value {value!r}")
             rows.append((where, value))
     if not rows:
-        raise DataError(path, None, "no texts to embed")
+        raise DataError(path, None, "no text in the file (empty)")
     return rows
 
 

@@ -1,0 +1,76 @@
+"""The masked-LM model of ``action=pretrain``: ``AutoModelForMaskedLM`` from a hub id or a local
+directory (continued pretraining from the checkpoint's own MLM head), or from its config with
+random weights; and the held-out masked-token accuracy and perplexity."""
+from __future__ import annotations
+
+import math
+
+import torch
+from omegaconf import DictConfig
+
+from heads.encoder import _from_hub_or_cache, build_config
+from tasks.collate import IGNORE
+from tasks.errors import ConfigError
+from tasks.log import warn
+
+
+def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int) -> torch.nn.Module:
+    """``AutoModelForMaskedLM``; a checkpoint without an MLM head gets a fresh one (warning)."""
+    from transformers import AutoModelForMaskedLM
+
+    init = model_cfg.get("init", "pretrained")
+    if init not in ("pretrained", "random"):
+        raise ConfigError(f"model.init must be pretrained or random, got '{init}'")
+    config = build_config(model_cfg, vocab_size)
+    if init == "random":
+        torch.manual_seed(seed)
+        return AutoModelForMaskedLM.from_config(config)
+    model, info = _from_hub_or_cache(AutoModelForMaskedLM, model_cfg.name_or_path, config=config,
+                                     dtype=torch.float32, revision=model_cfg.get("revision"),
+                                     output_loading_info=True)
+    prefix = model.base_model_prefix + "."
+    fresh = [k for k in info.get("missing_keys", ()) if not k.startswith(prefix)]
+    if fresh:
+        warn(f"{model_cfg.name_or_path} has no masked-LM head ({len(fresh)} tensors missing, e.g. {sorted(fresh)[0]}): "
+             "the head starts fresh (random init), only the encoder continues from the checkpoint")
+    return model
+
+
+@torch.no_grad()
+def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
+    """Masked-token accuracy (%) and perplexity (exp of the mean cross-entropy over the masked
+    tokens) of ``batches`` (already masked with a fixed seed)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    loss_sum, correct, count = 0.0, 0, 0
+    for batch in batches:
+        batch = {k: v.to(device) for k, v in batch.items()}
+        labels = batch.pop("labels")
+        logits = model(**batch).logits.float()
+        chosen = labels != IGNORE
+        if not chosen.any():
+            continue
+        picked, gold = logits[chosen], labels[chosen]
+        loss_sum += float(torch.nn.functional.cross_entropy(picked, gold, reduction="sum"))
+        correct += int((picked.argmax(-1) == gold).sum())
+        count += int(chosen.sum())
+    model.train(was_training)
+    if not count:
+        return {"mlm_accuracy": float("nan"), "perplexity": float("nan"), "mlm_loss": float("nan"), "n_masked": 0}
+    loss = loss_sum / count
+    return {"mlm_accuracy": 100.0 * correct / count, "perplexity": math.exp(min(loss, 700.0)),
+            "mlm_loss": loss, "n_masked": count}
+
+
+def held_out_curve(batches: list[dict], every: int, curve: list[dict]):
+    """A Trainer callback that scores ``batches`` every ``every`` optimizer steps into ``curve``
+    (the learning curve of results.json: is the held-out accuracy still climbing?)."""
+    from transformers import TrainerCallback
+
+    class HeldOutCurve(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if every > 0 and state.global_step % every == 0 and state.is_world_process_zero:
+                curve.append({"step": state.global_step, **mlm_metrics(model, batches)})
+
+    return HeldOutCurve()

@@ -1,0 +1,165 @@
+"""``action=pretrain``, the data side: read text lines, hold some out, tokenize them once with
+character offsets, pack them into full ``max_length`` blocks ([SEP] between lines, no padding),
+and build the library's masked-LM collator (whole-word masking over whitespace-separated words,
+Korean eojeol, decided from the offsets). No modules here: the model is heads/mlm.py's.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from tasks.embed import read_texts
+from tasks.errors import ConfigError, DataError
+from tasks.log import log
+
+OBJECTIVES = ("mlm",)
+
+
+@dataclass
+class Text:
+    """The lines of one split and where they came from (for errors and results.json)."""
+
+    lines: list[str]
+    source: str
+
+
+def file_list(value) -> list[str]:
+    """``data.train_file``: one path or a list of paths."""
+    if value is None:
+        return []
+    return [str(value)] if isinstance(value, str) else [str(v) for v in value]
+
+
+def read_lines(paths: list[str], column: str, fmt: str | None, quoting: str | None = "auto") -> list[str]:
+    """Every non-blank line of ``.txt`` files, or the ``column`` of CSV/TSV/JSON/JSONL files."""
+    lines: list[str] = []
+    for path in paths:
+        rows = read_texts(path, column, fmt, quoting=quoting, option="data.text_column")
+        lines.extend(text.strip() for _, text in rows)
+    return lines
+
+
+def load_text(data: DictConfig, seed: int) -> dict[str, Text]:
+    """``train`` and ``validation`` lines: the validation file, else a seeded
+    ``data.validation_split`` fraction of the training lines (default 5 %)."""
+    train_files = file_list(data.get("train_file"))
+    if not train_files:
+        raise ConfigError("action=pretrain needs data.train_file=FILE (.txt, one text per line, or "
+                          "CSV/TSV/JSONL with data.text_column; a list of files is allowed)")
+    column, fmt, quoting = str(data.get("text_column") or "text"), data.get("format"), data.get("quoting", "auto")
+    train = Text(read_lines(train_files, column, fmt, quoting), ",".join(train_files))
+    val_files = file_list(data.get("validation_file"))
+    if val_files:
+        return {"train": train, "validation": Text(read_lines(val_files, column, fmt, quoting), ",".join(val_files))}
+    fraction = float(data.get("validation_split") or 0.05)
+    order = list(range(len(train.lines)))
+    random.Random(seed).shuffle(order)
+    n_val = max(1, round(len(order) * fraction))
+    if n_val >= len(order):
+        raise DataError(train.source, None, f"{len(order)} line(s): too few to hold out a validation "
+                                            "split; give data.validation_file or more text")
+    held = set(order[:n_val])
+    return {"train": Text([t for i, t in enumerate(train.lines) if i not in held], train.source),
+            "validation": Text([t for i, t in enumerate(train.lines) if i in held],
+                               f"{train.source} (seeded {fraction:g} held out)")}
+
+
+def check_vocabulary(tokenizer, model_cfg: DictConfig, source: str) -> None:
+    """A WordPiece vocabulary trained here that came out smaller than asked: the text cannot
+    support it (an embedding matrix with rows no token ever uses)."""
+    spec = model_cfg.get("tokenizer") or {}
+    if spec.get("train") and len(tokenizer) < int(spec.get("vocab_size", 8000)):
+        raise DataError(source, None, f"the text supports a WordPiece vocabulary of {len(tokenizer)} "
+                                      f"tokens, model.tokenizer.vocab_size={spec.get('vocab_size')} asked for "
+                                      f"more: lower it or give more text")
+
+
+def tokenize_lines(tokenizer, lines: list[str], batch: int = 2000) -> tuple[list[list[int]], list[list[tuple]]]:
+    """Token ids and character offsets of every line, without special tokens."""
+    ids, offsets = [], []
+    for start in range(0, len(lines), batch):
+        enc = tokenizer(lines[start:start + batch], add_special_tokens=False, return_offsets_mapping=True,
+                        return_attention_mask=False, return_token_type_ids=False)
+        ids.extend(enc["input_ids"])
+        offsets.extend([[tuple(o) for o in row] for row in enc["offset_mapping"]])
+    return ids, offsets
+
+
+def _row(tokenizer, ids: list[int], offsets: list[tuple], special: list[int], length: int) -> dict:
+    pad = length - len(ids)
+    return {"input_ids": ids + [tokenizer.pad_token_id] * pad,
+            "attention_mask": [1] * len(ids) + [0] * pad,
+            "special_tokens_mask": special + [1] * pad,  # padding is never masked
+            "offset_mapping": offsets + [(0, 0)] * pad}
+
+
+def pack_blocks(tokenizer, ids: list[list[int]], offsets: list[list[tuple]], block_size: int) -> list[dict]:
+    """run_mlm's ``group_texts`` for lines: the stream ``line [SEP] line [SEP] …`` cut into blocks
+    of ``[CLS]`` + ``block_size - 1`` tokens; only the last block is padded (to ``block_size``)."""
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    stream_ids: list[int] = []
+    stream_offsets: list[tuple] = []
+    stream_special: list[int] = []
+    for line_ids, line_offsets in zip(ids, offsets):
+        if not line_ids:
+            continue
+        stream_ids += line_ids + [sep]
+        stream_offsets += line_offsets + [(0, 0)]
+        stream_special += [0] * len(line_ids) + [1]
+    step = block_size - 1
+    return [_row(tokenizer, [cls] + stream_ids[i:i + step], [(0, 0)] + stream_offsets[i:i + step],
+                 [1] + stream_special[i:i + step], block_size)
+            for i in range(0, len(stream_ids), step)]
+
+
+def line_blocks(tokenizer, ids: list[list[int]], offsets: list[list[tuple]], max_length: int) -> list[dict]:
+    """run_mlm's ``--line_by_line --pad_to_max_length``: ``[CLS] line [SEP]`` per row, cut at and
+    padded to ``max_length`` (the baseline packing is measured against)."""
+    cls, sep, keep = tokenizer.cls_token_id, tokenizer.sep_token_id, max_length - 2
+    return [_row(tokenizer, [cls] + i[:keep] + [sep], [(0, 0)] + o[:keep] + [(0, 0)],
+                 [1] + [0] * len(i[:keep]) + [1], max_length)
+            for i, o in zip(ids, offsets) if i]
+
+
+def padding_efficiency(rows: list[dict]) -> float:
+    """Real tokens over all positions the model computes."""
+    total = sum(len(r["attention_mask"]) for r in rows)
+    return sum(sum(r["attention_mask"]) for r in rows) / total if total else 0.0
+
+
+def mlm_collator(tokenizer, p: DictConfig, seed: int | None = None):
+    """The library's ``DataCollatorForLanguageModeling``: ``pretrain.mlm_probability`` of the
+    tokens chosen, 80 % → [MASK], 10 % → a random token, 10 % kept. ``pretrain.whole_word``:
+    the library picks words (a new word where a token's start offset leaves a gap after the
+    previous token's end, i.e. at a space: an eojeol and its WordPieces are one word) and masks
+    all their tokens; it replaces every chosen token by [MASK] (transformers 5 supports no
+    random replacement with whole words). ``seed``: a fixed masking (held-out evaluation)."""
+    from transformers import DataCollatorForLanguageModeling
+
+    if str(p.get("objective", "mlm")) not in OBJECTIVES:
+        raise ConfigError(f"pretrain.objective={p.objective}: only 'mlm' is implemented (no next-sentence "
+                          "prediction: lines are packed across sentence boundaries, as RoBERTa does)")
+    probability = float(p.mlm_probability)
+    if not 0.0 < probability < 1.0:
+        raise ConfigError(f"pretrain.mlm_probability={probability}: must be between 0 and 1")
+    whole = bool(p.whole_word)
+    if whole and not tokenizer.is_fast:
+        raise ConfigError("pretrain.whole_word=true needs a fast tokenizer (character offsets)")
+    return DataCollatorForLanguageModeling(
+        tokenizer, mlm_probability=probability, whole_word_mask=whole,
+        mask_replace_prob=1.0 if whole else 0.8, random_replace_prob=0.0 if whole else 0.1, seed=seed)
+
+
+def model_rows(rows: list[dict], whole_word: bool) -> list[dict]:
+    """What the collator reads: offsets only where whole-word masking needs them."""
+    if whole_word:
+        return rows
+    return [{k: v for k, v in r.items() if k != "offset_mapping"} for r in rows]
+
+
+def masked_batches(rows: list[dict], collator, batch_size: int) -> list[dict]:
+    """The held-out blocks masked once, in order, by a seeded collator: the same masks before and
+    after training."""
+    return [collator(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]

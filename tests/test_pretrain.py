@@ -1,0 +1,202 @@
+"""action=pretrain: masking (rates, whole words, specials, labels), packing, bad input, resume and
+the round trip pretrain → fill-mask → fine-tune. Tiny sizes: a WordPiece vocabulary trained on
+the NLI sample sentences, a 2-layer BERT, a few steps."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from tasks import pretrain
+from tasks.collate import IGNORE
+
+SAMPLE = ROOT / "tasks" / "samples" / "nli" / "train.json"
+
+
+def sentences() -> list[str]:
+    rows = json.loads(SAMPLE.read_text(encoding="utf-8"))
+    return [r[k] for r in rows for k in ("premise", "hypothesis")]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from heads.encoder import train_wordpiece
+
+    return train_wordpiece(sentences(), 300, str(tmp_path_factory.mktemp("tok")))
+
+
+@pytest.fixture(scope="module")
+def blocks(tokenizer):
+    lines = sentences() * 4
+    return pretrain.pack_blocks(tokenizer, *pretrain.tokenize_lines(tokenizer, lines), 32)
+
+
+def settings(**kw):
+    return OmegaConf.create({"objective": "mlm", "mlm_probability": 0.15, "whole_word": False, **kw})
+
+
+def mask(tokenizer, rows, whole_word: bool, seed: int = 0):
+    collator = pretrain.mlm_collator(tokenizer, settings(whole_word=whole_word), seed=seed)
+    inputs = torch.tensor([r["input_ids"] for r in rows])
+    batch = collator(pretrain.model_rows(rows, whole_word))
+    return inputs, batch
+
+
+def test_packing_fills_blocks_with_sep_between_lines(tokenizer, blocks):
+    lines = sentences() * 4
+    ids, _ = pretrain.tokenize_lines(tokenizer, lines)
+    assert all(len(b["input_ids"]) == 32 for b in blocks)
+    assert all(b["input_ids"][0] == tokenizer.cls_token_id for b in blocks)
+    assert all(all(b["attention_mask"]) for b in blocks[:-1])  # only the last block is padded
+    stream = [t for b in blocks for t, m in zip(b["input_ids"][1:], b["attention_mask"][1:]) if m]
+    expected = [t for line in ids for t in line + [tokenizer.sep_token_id]]
+    assert stream == expected  # every line, in order, one [SEP] after each
+    assert pretrain.padding_efficiency(blocks) >= 0.99
+    by_line = pretrain.line_blocks(tokenizer, ids, _, 32)
+    assert pretrain.padding_efficiency(by_line) < 0.9  # the baseline pads short sentences
+
+
+def test_token_masking_rates_and_labels(tokenizer, blocks):
+    rows = blocks * 6
+    inputs, batch = mask(tokenizer, rows, whole_word=False)
+    special = torch.tensor([r["special_tokens_mask"] for r in rows]).bool()
+    labels, out = batch["labels"], batch["input_ids"]
+    chosen = labels != IGNORE
+    assert not (chosen & special).any()  # [CLS], [SEP], [PAD] never chosen
+    assert torch.equal(labels[chosen], inputs[chosen])  # the label is the original token
+    rate = chosen.sum().item() / (~special).sum().item()
+    assert 0.13 < rate < 0.17
+    as_mask = (out[chosen] == tokenizer.mask_token_id).float().mean().item()
+    kept = (out[chosen] == inputs[chosen]).float().mean().item()
+    assert 0.75 < as_mask < 0.85 and 0.06 < kept < 0.15  # 80 % [MASK]; 10 % kept (+ random hits)
+    assert torch.equal(out[~chosen], inputs[~chosen])  # nothing else changes
+
+
+def words(row: dict) -> list[list[int]]:
+    """Token positions of each whitespace-separated word of a packed block (from its offsets)."""
+    groups, prev_end = [], None
+    for i, ((s, e), sp) in enumerate(zip(row["offset_mapping"], row["special_tokens_mask"])):
+        if sp:
+            prev_end = None
+            continue
+        if prev_end is None or s != prev_end:
+            groups.append([])
+        groups[-1].append(i)
+        prev_end = e
+    return groups
+
+
+def test_whole_word_masking_masks_eojeol_together(tokenizer, blocks):
+    rows = blocks * 6
+    inputs, batch = mask(tokenizer, rows, whole_word=True)
+    chosen = batch["labels"] != IGNORE
+    special = torch.tensor([r["special_tokens_mask"] for r in rows]).bool()
+    assert not (chosen & special).any()
+    multi = 0
+    for r, row in enumerate(rows):
+        for word in words(row):
+            flags = {bool(chosen[r, i]) for i in word}
+            assert len(flags) == 1, f"word {word} of row {r} partly masked"
+            multi += len(word) > 1 and flags == {True}
+    assert multi > 20  # eojeol of several WordPieces were masked whole
+    assert (batch["input_ids"][chosen] == tokenizer.mask_token_id).all()
+    rate = chosen.sum().item() / (~special).sum().item()
+    assert 0.11 < rate < 0.19
+
+
+def test_fixed_seed_masks_the_same(tokenizer, blocks):
+    _, a = mask(tokenizer, blocks, whole_word=False, seed=3)
+    _, b = mask(tokenizer, blocks, whole_word=False, seed=3)
+    assert torch.equal(a["labels"], b["labels"]) and torch.equal(a["input_ids"], b["input_ids"])
+
+
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(sentences() * 3) + "\n", encoding="utf-8")
+    return path
+
+
+TINY = ["action=pretrain", "model=tiny", "model.tokenizer.vocab_size=300", "train.max_length=32",
+        "train.batch_size=8", "train.learning_rate=1e-3", "pretrain.max_eval_blocks=8"]
+
+
+def test_round_trip_pretrain_fill_mask_finetune(tmp_path, run_job, cache_dir):
+    from transformers import AutoModelForMaskedLM, pipeline
+
+    res = run_job(TINY + [f"data.train_file={corpus(tmp_path)}", "train.max_steps=6"], "pre")
+    assert res["status"] == "ok", res.get("error")
+    for key in ("mlm_accuracy", "perplexity"):
+        assert key in res["initial_metrics"] and key in res["metrics"]
+    assert res["train_steps"] == 6 and res["padding_efficiency"] >= 0.99
+    model_dir = tmp_path / "pre" / "model"
+    mlm = AutoModelForMaskedLM.from_pretrained(model_dir)
+    filled = pipeline("fill-mask", model=str(model_dir))("숙소가 [MASK] 편했어요.")
+    assert len(filled) == 5 and all("sequence" in f for f in filled)
+    for mode in ("finetune", "frozen"):
+        out = run_job(["task=nli", "data=sample", "model=klue", f"model.name_or_path={model_dir}",
+                       f"mode={mode}", "train.max_steps=2"], f"ft_{mode}")
+        assert out["status"] == "ok", out.get("error")
+    from heads.model import KotuneModel
+
+    tuned = KotuneModel.load(str(tmp_path / "ft_frozen" / "model"))
+    # frozen: the encoder is exactly the pretrained one (weights really came from model/)
+    assert torch.equal(tuned.encoder.embeddings.word_embeddings.weight,
+                       mlm.bert.embeddings.word_embeddings.weight)
+
+
+def test_resume_continues_from_the_last_checkpoint(tmp_path, run_job):
+    text = corpus(tmp_path)
+    args = TINY + [f"data.train_file={text}", "train.save_strategy=epoch", "save_model=false", "train.epochs=1"]
+    first = run_job(args, "run")
+    assert first["status"] == "ok" and first["resumed_from"] is None
+    again = run_job(args, "run")  # the same command in the same run dir: continues from its checkpoint
+    assert again["status"] == "ok", again.get("error")
+    assert again["resumed_from"] == first["train_steps"] == again["train_steps"]
+    assert again["metrics"] == pytest.approx(first["metrics"])
+    assert again["train_loss"] == pytest.approx(first["train_loss"], abs=1e-6)
+    changed = run_job(TINY + [f"data.train_file={text}", "train.save_strategy=epoch", "save_model=false",
+                              "train.epochs=2"], "run")
+    assert changed["status"] == "failed" and "train.epochs" in changed["error"]
+
+
+def test_checkpoint_without_mlm_head_warns(tmp_path, run_job, tokenizer, caplog):
+    from transformers import AutoModel, BertConfig
+
+    plain = tmp_path / "encoder"
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=1,
+                        intermediate_size=64)
+    AutoModel.from_config(config).save_pretrained(plain)
+    tokenizer.save_pretrained(plain)
+    with caplog.at_level("WARNING", logger="kotune"):
+        res = run_job(["action=pretrain", "model=klue", f"model.name_or_path={plain}", "train.max_length=32",
+                       f"data.train_file={corpus(tmp_path)}", "train.max_steps=1", "save_model=false"], "head")
+    assert res["status"] == "ok", res.get("error")
+    assert "no masked-LM head" in caplog.text and "starts fresh" in caplog.text
+
+
+@pytest.mark.parametrize("case", ["empty", "undecodable", "column", "vocab"])
+def test_bad_input_is_one_line_naming_the_file(case, tmp_path, run_job):
+    extra = []
+    if case == "empty":
+        path = tmp_path / "empty.txt"
+        path.write_text("\n\n", encoding="utf-8")
+        want = f"{path}: no text"
+    elif case == "undecodable":
+        path = tmp_path / "latin.txt"
+        path.write_bytes("첫 줄\n둘째 줄\n".encode() + "caf\xe9\n".encode("latin-1"))
+        want = f"{path}:3: not UTF-8"
+    elif case == "column":
+        path = tmp_path / "texts.csv"
+        path.write_text("sentence\n안녕하세요\n반갑습니다\n", encoding="utf-8")
+        want = f"{path}:2: missing field 'text'"
+    else:
+        path = corpus(tmp_path)
+        extra = ["model.tokenizer.vocab_size=50000"]
+        want = f"{path}: the text supports a WordPiece vocabulary of"
+    res = run_job(TINY + [f"data.train_file={path}", "train.max_steps=1", *extra], case)
+    assert res["status"] == "failed" and want in res["error"], res.get("error")
+    assert "\n" not in res["error"] and "traceback" not in res
