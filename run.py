@@ -191,9 +191,9 @@ def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
                                    cache_dir=cfg.cache_dir)
         warn_unknown_hangul(tokenizer, task.training_texts(first.examples))
         log(f"building encoder ({cfg.model.init}: {cfg.model.name_or_path or cfg.model.name})")
-        encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=seed)
+        encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=seed, head_kind=task.head)
         max_length = resolve_max_length(requested_max_length(cfg), encoder.config)
-        head_kwargs = dict(task.head_kwargs(), dropout=float(cfg.train.head_dropout))
+        head_kwargs = dict(task.head_kwargs(), dropout=cfg.train.get("head_dropout"))  # None: the architecture's
         meta = {"task": task.name, "labels": task.labels, "max_length": max_length,
                 "token_type_ids": uses_token_type_ids(encoder.config), "model": cfg.model.name}
         model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
