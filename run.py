@@ -442,9 +442,27 @@ def action_embed(cfg: DictConfig, run_dir: str) -> dict:
     return res
 
 
+def action_score(cfg: DictConfig, run_dir: str) -> dict:
+    """Any system's predictions (``score.predictions``) against the gold ``data.validation_file``,
+    with the task's own metrics (tasks/score.py reads and checks them)."""
+    from tasks.score import align, read_predictions, to_outputs
+
+    if not cfg.score.get("predictions"):
+        raise ConfigError("action=score needs score.predictions=FILE and the gold file as data.validation_file=FILE")
+    task = build_task(cfg.task)
+    gold = load_splits(task, cfg.data, ("validation",), int(cfg.train.seed))["validation"]
+    path = str(cfg.score.predictions)
+    predicted = read_predictions(path, str(cfg.score.id_column), cfg.score.get("prediction_column"),
+                                 cfg.score.get("format"))
+    values = align(predicted, [str(ex["id"]) for ex in gold.examples], path, str(gold.source))
+    outputs = to_outputs(task, values, gold.examples, path)
+    return {"n_eval": len(outputs), "predictions_file": os.path.abspath(path),
+            "metrics": task.score(outputs, gold.examples), "data": {"validation": gold.source}}
+
+
 ACTIONS: dict[str, Callable[[DictConfig, str], dict]] = {
     "train": action_train, "eval": action_eval, "predict": action_predict, "ceiling": action_ceiling,
-    "embed": action_embed,
+    "embed": action_embed, "score": action_score,
 }
 
 
