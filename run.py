@@ -460,9 +460,24 @@ def action_score(cfg: DictConfig, run_dir: str) -> dict:
             "metrics": task.score(outputs, gold.examples), "data": {"validation": gold.source}}
 
 
+def action_export(cfg: DictConfig, run_dir: str) -> dict:
+    """``checkpoint=`` as the native transformers class in ``export.dir`` (default: <run dir>/hf),
+    or a one-line refusal for a head with no exact native equivalent (heads/export.py)."""
+    from heads.export import export_directory
+
+    if not cfg.get("checkpoint"):
+        raise ConfigError("action=export needs checkpoint=RUN_DIR (a directory written by action=train)")
+    out_dir = str(cfg.export.get("dir") or os.path.join(run_dir, "hf"))
+    res = export_directory(checkpoint_model_dir(cfg.checkpoint), out_dir)
+    use = (f"transformers.pipeline(\"{res['pipeline']}\", model=\"{out_dir}\")" if res["pipeline"] else
+           f"transformers.{res['native_class']}.from_pretrained(\"{out_dir}\")")
+    log(f"exported {res['native_class']} to {out_dir}: {use}")
+    return {**res, "checkpoint": cfg.checkpoint, "metrics": {}}
+
+
 ACTIONS: dict[str, Callable[[DictConfig, str], dict]] = {
     "train": action_train, "eval": action_eval, "predict": action_predict, "ceiling": action_ceiling,
-    "embed": action_embed, "score": action_score,
+    "embed": action_embed, "score": action_score, "export": action_export,
 }
 
 

@@ -24,7 +24,8 @@ CLASS_PREFIX = {"bert": "Bert", "roberta": "Roberta", "electra": "Electra"}
 SUFFIX = {"sequence": "ForSequenceClassification", "pair": "ForSequenceClassification",
           "token": "ForTokenClassification", "span": "ForQuestionAnswering"}
 PIPELINE = {"sequence": "text-classification", "pair": "text-classification",
-            "token": "token-classification", "span": "question-answering"}
+            "token": "token-classification",
+            "span": None}  # transformers 5 removed the question-answering pipeline: AutoModelForQuestionAnswering
 WHY_NOT = {"token_char": "it tags characters, not tokens (task.decode=char); a token classifier "
                         "cannot express a boundary inside a token",
            "span_char": "its answer edges are characters inside tokens (task.decode=char); "
@@ -123,3 +124,29 @@ def to_native(model, labels: list[str] | None = None):
     if missing or unexpected:
         raise ConfigError(f"cannot export to {cls.__name__}: missing {missing[:5]}, unexpected {unexpected[:5]}")
     return native.eval()
+
+
+def export_directory(model_dir: str, out_dir: str) -> dict:
+    """Write a saved kotune model (``model_dir``) as a standard transformers directory that
+    ``transformers.pipeline(<task>, model=out_dir)`` serves: the native class's config (with
+    ``id2label``/``label2id``) and weights, and the model's own tokenizer (its ``do_lower_case``,
+    ``model_max_length`` = the model's max_length, and no token type ids where the model had none)."""
+    from transformers import AutoTokenizer
+
+    from heads.model import KotuneModel
+
+    model = KotuneModel.load(model_dir)
+    reason = refusal(model)
+    if reason:
+        raise ConfigError(f"cannot export {model_dir}: {reason}")
+    native = to_native(model, model.meta.get("labels"))
+    native.save_pretrained(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if model.meta.get("max_length"):
+        tokenizer.model_max_length = int(model.meta["max_length"])
+    if not model.meta.get("token_type_ids", True):  # e.g. RoBERTa: type ids other than 0 would break it
+        tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
+        tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names
+    tokenizer.save_pretrained(out_dir)
+    return {"export_dir": out_dir, "native_class": type(native).__name__, "pipeline": PIPELINE[model.head_kind],
+            "num_labels": native.config.num_labels}
