@@ -231,3 +231,31 @@ def test_regression_exports_as_a_raw_score(tmp_path):
 
     config = native_config(tiny_model("pair", {"num_labels": 1}), ["score"])
     assert config.num_labels == 1 and config.problem_type == "regression"
+
+
+def test_roberta_pair_export_serves_pairs_without_token_type_ids(tmp_path):
+    """RoBERTa has one token type: the exported tokenizer must not send type ids of the second text."""
+    import transformers
+    from transformers import BertTokenizer, RobertaConfig, RobertaModel
+
+    from heads.model import KotuneModel
+
+    tokenizer = BertTokenizer.from_pretrained(str(shared_path("vocab/kcbert-base")), do_lower_case=False)
+    config = RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=130, type_vocab_size=1, pad_token_id=0)
+    model = KotuneModel(RobertaModel(config, add_pooling_layer=False), "pair", {"num_labels": 3},
+                        meta={"labels": ["entailment", "neutral", "contradiction"], "max_length": 128,
+                              "token_type_ids": False})
+    model.save(str(tmp_path / "m"), tokenizer)
+    from heads.export import export_directory
+
+    res = export_directory(str(tmp_path / "m"), str(tmp_path / "hf"))
+    assert res["native_class"] == "RobertaForSequenceClassification"
+    pipe = transformers.pipeline("text-classification", model=str(tmp_path / "hf"), device="cpu")
+    out = pipe({"text": "한국어 문장입니다", "text_pair": "두 번째 문장"}, top_k=None)
+    enc = tokenizer("한국어 문장입니다", "두 번째 문장", return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        probabilities = model.eval()(**enc)["logits"].softmax(-1)[0]
+    served = {o["label"]: o["score"] for o in out}
+    assert all(abs(served[n] - float(p)) < 1e-5
+               for n, p in zip(["entailment", "neutral", "contradiction"], probabilities))
