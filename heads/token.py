@@ -65,7 +65,10 @@ class CharTokenHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_size, num_labels)
         self.correction = nn.Linear(hidden_size, num_labels)
-        init_new_layers(self, init_std)
+        # the token classifier as *ForTokenClassification inits it; the character machinery
+        # (position embeddings at N(0, 1), so positions register through the LayerNorm) keeps
+        # PyTorch's defaults: with 0.02-std embeddings a small budget never learned a boundary
+        init_new_layers(self.out, init_std)
         nn.init.zeros_(self.correction.weight)
         nn.init.zeros_(self.correction.bias)
 
