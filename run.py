@@ -231,7 +231,9 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
     encoder = None
     if weights:
         log(f"building encoder ({cfg.model.init}: {cfg.model.name_or_path or cfg.model.name})")
-        encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed))
+        # a sequence head starts from a pretrained BERT's pooler (heads/native.py): keep it for them
+        encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed),
+                               head_kind=task.head if task is not None else None)
     config = encoder.config if encoder is not None else build_config(cfg.model, len(tokenizer))
     return Encoder(tokenizer, config, resolve_max_length(requested_max_length(cfg), config),
                    uses_token_type_ids(config), encoder=encoder)
@@ -293,7 +295,7 @@ def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
                 task.check_labels(splits["validation"].examples, splits["validation"].where)
         first = splits.get("train") or next(iter(splits.values()))
         loaded = load_encoder_side(cfg, task, task.training_texts(first.examples))
-        head_kwargs = dict(task.head_kwargs(), dropout=float(cfg.train.head_dropout))
+        head_kwargs = dict(task.head_kwargs(), dropout=cfg.train.get("head_dropout"))  # None: the architecture's
         meta = {"task": task.name, "labels": task.labels, "max_length": loaded.max_length,
                 "token_type_ids": loaded.token_type_ids, "model": cfg.model.name,
                 "task_options": {k: task.cfg.get(k) for k in task.saved_options}}
@@ -754,9 +756,42 @@ def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
     return res
 
 
+def action_score(cfg: DictConfig, run_dir: str) -> dict:
+    """Any system's predictions (``score.predictions``) against the gold ``data.validation_file``,
+    with the task's own metrics (tasks/score.py reads and checks them)."""
+    from tasks.score import align, read_predictions, to_outputs
+
+    if not cfg.score.get("predictions"):
+        raise ConfigError("action=score needs score.predictions=FILE and the gold file as data.validation_file=FILE")
+    task = build_task(cfg.task)
+    gold = load_splits(task, cfg.data, ("validation",), int(cfg.train.seed))["validation"]
+    path = str(cfg.score.predictions)
+    predicted = read_predictions(path, str(cfg.score.id_column), cfg.score.get("prediction_column"),
+                                 cfg.score.get("format"))
+    values = align(predicted, [str(ex["id"]) for ex in gold.examples], path, str(gold.source))
+    outputs = to_outputs(task, values, gold.examples, path)
+    return {"n_eval": len(outputs), "predictions_file": os.path.abspath(path),
+            "metrics": task.score(outputs, gold.examples), "data": {"validation": gold.source}}
+
+
+def action_export(cfg: DictConfig, run_dir: str) -> dict:
+    """``checkpoint=`` as the native transformers class in ``export.dir`` (default: <run dir>/hf),
+    or a one-line refusal for a head with no exact native equivalent (heads/export.py)."""
+    from heads.export import export_directory
+
+    if not cfg.get("checkpoint"):
+        raise ConfigError("action=export needs checkpoint=RUN_DIR (a directory written by action=train)")
+    out_dir = str(cfg.export.get("dir") or os.path.join(run_dir, "hf"))
+    res = export_directory(checkpoint_model_dir(cfg.checkpoint), out_dir)
+    use = (f"transformers.pipeline(\"{res['pipeline']}\", model=\"{out_dir}\")" if res["pipeline"] else
+           f"transformers.{res['native_class']}.from_pretrained(\"{out_dir}\")")
+    log(f"exported {res['native_class']} to {out_dir}: {use}")
+    return {**res, "checkpoint": cfg.checkpoint, "metrics": {}}
+
+
 ACTIONS: dict[str, Callable[[DictConfig, str], dict]] = {
     "train": action_train, "eval": action_eval, "predict": action_predict, "ceiling": action_ceiling,
-    "embed": action_embed, "pretrain": action_pretrain,
+    "embed": action_embed, "pretrain": action_pretrain, "score": action_score, "export": action_export,
 }
 
 

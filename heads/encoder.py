@@ -143,15 +143,23 @@ def build_config(model_cfg: DictConfig, vocab_size: int | None):
     return config
 
 
-def load_encoder(model_cfg: DictConfig, vocab_size: int | None, seed: int) -> torch.nn.Module:
-    """``AutoModel`` without any task head (and without BERT's unused pooler)."""
+def load_encoder(model_cfg: DictConfig, vocab_size: int | None, seed: int,
+                 head_kind: str | None = None) -> torch.nn.Module:
+    """``AutoModel`` without any task head. A pretrained BERT's pooler is kept only for a
+    ``head_kind`` whose native head is that pooler (sequence, pair: KotuneModel moves it into the
+    head)."""
     from transformers import AutoModel
+
+    from heads.native import takes_pooler
 
     init = model_cfg.get("init", "pretrained")
     if init not in ("pretrained", "random"):
         raise ConfigError(f"model.init must be pretrained or random, got '{init}'")
     config = build_config(model_cfg, vocab_size)
-    extra = no_pooler(config)
+    # a random pooler is just a fresh head layer: the head inits its own, so one seed gives one
+    # encoder whatever the head (a pooler built here would shift the encoder's random init)
+    keep_pooler = init == "pretrained" and head_kind is not None and takes_pooler(config, head_kind)
+    extra = {} if keep_pooler else no_pooler(config)
     if model_cfg.get("attn_implementation"):
         config._attn_implementation = model_cfg.attn_implementation
     if init == "random":

@@ -22,7 +22,11 @@ from torch import nn
 
 from heads import HEADS
 from heads.layers import LayerMixer, check_pooling, parse_layers
+from heads.native import default_dropout, head_style, takes_pooler
 from tasks.errors import ConfigError, KotuneError
+
+
+FORMAT = 2  # 2: heads shaped as the architecture's own (kotune.json records the sequence head's)
 
 
 class KotuneModel(nn.Module):
@@ -48,13 +52,33 @@ class KotuneModel(nn.Module):
                                   "every token and pools nothing (leave mode.pooling unset)")
             self.head_kwargs["pooling"] = pooling
         self.mixer = LayerMixer(parse_layers(layers, int(encoder.config.num_hidden_layers)))
-        self.head = HEADS[head_kind](encoder.config.hidden_size, **self.head_kwargs)
+        self.head = self._native_head(encoder, head_kind)
         self.frozen = frozen
         self.meta = dict(meta or {})
         self.config = encoder.config  # Trainer and accelerate look for .config
         if frozen:
             self.encoder.requires_grad_(False)
             self.encoder.eval()
+
+    def _native_head(self, encoder: nn.Module, head_kind: str) -> nn.Module:
+        """The head in its architecture's native shape and init (heads/native.py). BERT's sequence
+        head takes over the encoder's pooler (the checkpoint's, when it has one); any pooler then
+        leaves the encoder: the head pools, and unused parameters would break DDP."""
+        config = encoder.config
+        head_class = HEADS[head_kind]
+        accepted = inspect.signature(head_class).parameters
+        self.head_kwargs["dropout"] = default_dropout(config, head_kind, self.head_kwargs.get("dropout"))
+        if "architecture" in accepted:
+            self.head_kwargs.setdefault("architecture", head_style(config))
+        native_init = {"init_std": float(getattr(config, "initializer_range", None) or 0.02)} \
+            if "init_std" in accepted else {}  # heads with no HF counterpart (RE, DP) keep their own init
+        head = head_class(config.hidden_size, **self.head_kwargs, **native_init)
+        pooler = getattr(encoder, "pooler", None)
+        if pooler is not None:
+            if takes_pooler(config, head_kind) and self.head_kwargs.get("architecture") == "bert":
+                head.dense.load_state_dict(pooler.dense.state_dict())
+            encoder.pooler = None
+        return head
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -103,7 +127,7 @@ class KotuneModel(nn.Module):
             save_file({k: v.contiguous() for k, v in self.mixer.state_dict().items()},
                       os.path.join(directory, "layers.safetensors"))
         spec = {"head": self.head_kind, "head_kwargs": self.head_kwargs, "frozen": self.frozen,
-                "meta": self.meta, "format": 1, **self.mixer.report()}
+                "meta": self.meta, "format": FORMAT, **self.mixer.report()}
         with open(os.path.join(directory, "kotune.json"), "w", encoding="utf-8") as f:
             json.dump(spec, f, ensure_ascii=False, indent=2)
         if tokenizer is not None:
@@ -123,7 +147,10 @@ class KotuneModel(nn.Module):
             spec = json.load(f)
         encoder_dir = os.path.join(directory, "encoder")
         encoder = AutoModel.from_pretrained(encoder_dir, **no_pooler(AutoConfig.from_pretrained(encoder_dir)))
-        model = cls(encoder, spec["head"], spec["head_kwargs"], frozen=spec["frozen"], meta=spec["meta"],
+        head_kwargs = dict(spec["head_kwargs"])
+        if spec.get("format", 1) < 2 and spec["head"] in ("sequence", "pair"):
+            head_kwargs["architecture"] = "roberta"  # format 1: dropout → dense → tanh → dropout → out
+        model = cls(encoder, spec["head"], head_kwargs, frozen=spec["frozen"], meta=spec["meta"],
                     layers=spec.get("layers", "last"))
         model.head.load_state_dict(load_file(os.path.join(directory, "head.safetensors")))
         if model.mixer.scalar_mix is not None:

@@ -1,5 +1,5 @@
 """[CLS] heads for single texts and sentence pairs (classification, or regression when
-``num_labels == 1``)."""
+``num_labels == 1``), shaped as the encoder architecture's own head (heads/native.py)."""
 from __future__ import annotations
 
 import torch
@@ -7,29 +7,47 @@ from torch import nn
 from torch.nn import functional as F
 
 from heads.layers import check_pooling, pool
+from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
+
+SEQUENCE_STYLES = ("bert", "roberta", "electra")
 
 
 class SequenceHead(nn.Module):
-    """[CLS] state → dense → tanh → dropout → out, as BERT's pooler-plus-classifier does.
-    ``pooling="mean"`` (``mode.pooling``) reads the masked mean of the real tokens instead."""
+    """Pooled state → the architecture's classifier:
+
+    - ``bert``: dense → tanh (BERT's pooler; KotuneModel copies the checkpoint's) → dropout → out;
+    - ``roberta``: dropout → dense → tanh → dropout → out;
+    - ``electra``: dropout → dense → GELU → dropout → out.
+
+    ``pooling="mean"`` (``mode.pooling``) feeds the masked mean of the real tokens instead of [CLS]
+    to the same layers."""
 
     label_fields = LABEL_FIELDS["sequence"]
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, pooling: str = "cls"):
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, pooling: str = "cls",
+                 architecture: str = "bert", init_std: float = 0.02):
         super().__init__()
+        if architecture not in SEQUENCE_STYLES:
+            raise ValueError(f"sequence head architecture must be one of {SEQUENCE_STYLES}, got {architecture!r}")
         self.num_labels = num_labels
+        self.architecture = architecture
         self.pooling = check_pooling(pooling) or "cls"
         self.dense = nn.Linear(hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_size, num_labels)
+        init_new_layers(self, init_std)
 
     def pool(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return pool(hidden_states, attention_mask, self.pooling)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        x = self.dropout(torch.tanh(self.dense(self.dropout(self.pool(hidden_states, attention_mask)))))
-        return self.out(x)
+        x = self.pool(hidden_states, attention_mask)
+        if self.architecture == "bert":
+            return self.out(self.dropout(torch.tanh(self.dense(x))))
+        x = self.dense(self.dropout(x))
+        x = F.gelu(x) if self.architecture == "electra" else torch.tanh(x)
+        return self.out(self.dropout(x))
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.num_labels == 1:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
 from tasks.collate import IGNORE
 
@@ -41,14 +42,17 @@ def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positi
 
 
 class SpanHead(nn.Module):
-    """Token states → (start logits, end logits) over the window's tokens."""
+    """Token states → (start logits, end logits) over the window's tokens: the ``qa_outputs`` of
+    ``*ForQuestionAnswering`` (which has no dropout: ``dropout`` is 0 unless train.head_dropout
+    sets it). Padding gets a logit no real token reaches."""
 
     label_fields = LABEL_FIELDS["span"]
 
-    def __init__(self, hidden_size: int, dropout: float = 0.1):
+    def __init__(self, hidden_size: int, dropout: float = 0.0, init_std: float = 0.02):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_size, 2)
+        init_new_layers(self, init_std)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.out(self.dropout(hidden_states)).masked_fill(attention_mask.unsqueeze(-1) == 0, MASKED)
@@ -65,12 +69,13 @@ class CharSpanHead(nn.Module):
 
     label_fields = LABEL_FIELDS["span_char"]
 
-    def __init__(self, hidden_size: int, max_token_chars: int = 32, dropout: float = 0.1):
+    def __init__(self, hidden_size: int, max_token_chars: int = 32, dropout: float = 0.0, init_std: float = 0.02):
         super().__init__()
         self.max_token_chars = int(max_token_chars)
         self.dropout = nn.Dropout(dropout)
         self.token = nn.Linear(hidden_size, 2)
         self.offset = nn.Linear(hidden_size, 2 * self.max_token_chars)
+        init_new_layers(self, init_std)
         # starts as plain token decoding: every character of a token gets its token's score
         nn.init.zeros_(self.offset.weight)
         nn.init.zeros_(self.offset.bias)

@@ -13,9 +13,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
 from tasks.collate import IGNORE
-
 
 
 def tagging_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -27,14 +27,16 @@ def tagging_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 class TokenHead(nn.Module):
-    """Each token state → dropout → linear → tag logits, shape (batch, tokens, labels)."""
+    """Each token state → dropout → linear → tag logits, shape (batch, tokens, labels): the
+    ``classifier`` of ``*ForTokenClassification``."""
 
     label_fields = LABEL_FIELDS["token"]
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, init_std: float = 0.02):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_size, num_labels)
+        init_new_layers(self, init_std)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.out(self.dropout(hidden_states))
@@ -52,7 +54,8 @@ class CharTokenHead(nn.Module):
 
     label_fields = LABEL_FIELDS["token_char"]
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, max_char_positions: int = 16):
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, max_char_positions: int = 16,
+                 init_std: float = 0.02):
         super().__init__()
         self.max_char_positions = max_char_positions
         # positions past the last embedding share it (only very long [UNK] tokens get there)
@@ -63,6 +66,10 @@ class CharTokenHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_size, num_labels)
         self.correction = nn.Linear(hidden_size, num_labels)
+        # the token classifier as *ForTokenClassification inits it; the character machinery
+        # (position embeddings at N(0, 1), so positions register through the LayerNorm) keeps
+        # PyTorch's defaults: with 0.02-std embeddings a small budget never learned a boundary
+        init_new_layers(self.out, init_std)
         nn.init.zeros_(self.correction.weight)
         nn.init.zeros_(self.correction.bias)
 

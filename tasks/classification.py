@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from tasks import metrics
+from tasks.metric_sets import classification_scores, sts_scores
 from tasks.base import EncodeSettings, Task
 from tasks.errors import DataError
 from tasks.io import field, read_records, require_columns
@@ -140,10 +140,8 @@ class ClassificationTask(Task):
     def score(self, outputs: list[Any], examples: list[dict]) -> dict[str, float]:
         golds = [ex["label"] for ex in examples]
         if self.regression:
-            return {"pearson": metrics.pearson(outputs, golds),
-                    "f1": metrics.binary_f1_at(outputs, golds, float(self.cfg.get("threshold", 3.0)))}
-        return {"accuracy": metrics.accuracy(outputs, golds),
-                "macro_f1": metrics.macro_f1(outputs, golds, labels=self.labels)}
+            return sts_scores(outputs, golds, float(self.cfg.get("threshold", 3.0)))
+        return classification_scores(outputs, golds, labels=self.labels)
 
     def prediction_records(self, outputs: list[Any], examples: list[dict]) -> list[dict]:
         return [dict({"id": ex["id"], "prediction": out},

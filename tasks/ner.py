@@ -33,6 +33,7 @@ from tasks.collate import IGNORE
 from tasks.errors import ConfigError, DataError
 from tasks.io import text_lines, open_text
 from tasks.log import log
+from tasks.metric_sets import klue_ner_scores
 
 DECODES = ("subword", "char")
 LABEL_SUBWORDS = ("first", "all")
@@ -740,9 +741,4 @@ class NerTask(TokenTask):
         """KLUE's NER metrics on characters, whitespace left out: seqeval strict IOB2 entity F1
         (macro, micro), character macro F1 over the 12 entity tags, and KLUE-baseline's variant
         that also counts O."""
-        units = [ex["units"] for ex in examples]
-        golds = [ex["tags"] for ex in examples]
-        out = self._entity_scores(outputs, examples)
-        out["char_f1"] = metrics.ner_char_f1(outputs, golds, chars=units)
-        out["char_f1_with_o"] = metrics.ner_char_f1(outputs, golds, chars=units, include_o=True)
-        return out
+        return klue_ner_scores(outputs, [ex["tags"] for ex in examples], chars=[ex["units"] for ex in examples])

@@ -426,13 +426,14 @@ def test_klue_dev_ceilings(vocab, run_job):
 @pytest.mark.slow
 @pytest.mark.parametrize("decode", ["subword", "char"])
 def test_random_init_real_vocab_on_a_seeded_split(decode, run_job):
+    # 150 steps: with the native normal(0, 0.02) classifier init (issue 12.4) 80 steps still tag all O
     data = shared_path(NER_DEV)
     res = run_job(["task=ner", "model=kcbert", "model.init=random",
                    f"model.name_or_path={data.parents[2]}/vocab/kcbert-base",
                    "+model.config_overrides={num_hidden_layers:2,hidden_size:128,num_attention_heads:2,"
                    "intermediate_size:512}",
                    f"data.train_file={data}", "data.validation_split=0.2", "data.max_train_samples=800",
-                   "data.max_eval_samples=200", "train.max_steps=80", "train.batch_size=16", "train.learning_rate=2e-3",
+                   "data.max_eval_samples=200", "train.max_steps=150", "train.batch_size=16", "train.learning_rate=2e-3",
                    "train.max_length=128", f"task.decode={decode}"])
     assert res["status"] == "ok", res.get("error")
     assert res["data"]["train"]["validation_split"] == 0.2 and res["n_eval"] == 200

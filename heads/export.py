@@ -1,0 +1,152 @@
+"""A kotune model as the architecture's native transformers class (``BertForSequenceClassification``,
+``ElectraForTokenClassification``, ``RobertaForQuestionAnswering``, …): the class, the weight
+mapping, and a one-line refusal for heads with no exact native equivalent.
+
+The heads are built to equal the native ones (heads/native.py), so the mapping is a renaming:
+
+=========  ==============================  ==============================  ======================
+head       bert                            roberta / electra               native class suffix
+=========  ==============================  ==============================  ======================
+sequence   dense → ``bert.pooler.dense``   dense → ``classifier.dense``    ForSequenceClassification
+           out → ``classifier``            out → ``classifier.out_proj``
+token      out → ``classifier``            out → ``classifier``            ForTokenClassification
+span       out → ``qa_outputs``            out → ``qa_outputs``            ForQuestionAnswering
+=========  ==============================  ==============================  ======================
+"""
+from __future__ import annotations
+
+import torch
+
+from heads.native import head_style
+from tasks.errors import ConfigError
+
+CLASS_PREFIX = {"bert": "Bert", "roberta": "Roberta", "electra": "Electra"}
+SUFFIX = {"sequence": "ForSequenceClassification", "pair": "ForSequenceClassification",
+          "token": "ForTokenClassification", "span": "ForQuestionAnswering"}
+PIPELINE = {"sequence": "text-classification", "pair": "text-classification",
+            "token": "token-classification",
+            "span": None}  # transformers 5 removed the question-answering pipeline: AutoModelForQuestionAnswering
+WHY_NOT = {"token_char": "it tags characters, not tokens (task.decode=char); a token classifier "
+                        "cannot express a boundary inside a token",
+           "span_char": "its answer edges are characters inside tokens (task.decode=char); "
+                        "a QA model's edges are tokens"}
+
+
+def refusal(model) -> str | None:
+    """Why ``model`` has no exact native equivalent, or None when it has one."""
+    kind, config = model.head_kind, model.encoder.config
+    if kind in WHY_NOT:
+        return f"the {kind} head has no native transformers class: {WHY_NOT[kind]}"
+    if kind not in SUFFIX:
+        return f"the {kind} head has no native transformers class"
+    if config.model_type not in CLASS_PREFIX:
+        return (f"encoder type '{config.model_type}' is not one of {', '.join(CLASS_PREFIX)}, whose native "
+                "heads kotune reproduces")
+    spec = model.mixer.spec
+    if spec.name != "last":
+        return (f"the head reads mode.layers={spec.describe()}; native classes read the last layer only"
+                + (" (a learned scalar mix has no native form)" if spec.learned else ""))
+    if getattr(model.head, "pooling", "cls") != "cls":
+        return f"mode.pooling={model.head.pooling}: native classifiers read the [CLS] state only"
+    style = getattr(model.head, "architecture", head_style(config))
+    if style != head_style(config):
+        return (f"its sequence head has the {style} shape on a {config.model_type} encoder (saved by an "
+                "older kotune); retrain to export")
+    return None
+
+
+def native_class_name(model) -> str:
+    reason = refusal(model)
+    if reason:
+        raise ConfigError(f"cannot export: {reason}")
+    return CLASS_PREFIX[model.encoder.config.model_type] + SUFFIX[model.head_kind]
+
+
+def native_class(model):
+    import transformers
+
+    return getattr(transformers, native_class_name(model))
+
+
+def head_key_map(model) -> dict[str, str]:
+    """kotune head parameter name → native parameter name."""
+    kind, style = model.head_kind, head_style(model.encoder.config)
+    if kind in ("sequence", "pair"):
+        if style == "bert":
+            names = {"dense": "bert.pooler.dense", "out": "classifier"}
+        else:
+            names = {"dense": "classifier.dense", "out": "classifier.out_proj"}
+    else:
+        names = {"out": "classifier" if kind == "token" else "qa_outputs"}
+    return {f"{k}.{p}": f"{v}.{p}" for k, v in names.items() for p in ("weight", "bias")}
+
+
+def native_state_dict(model) -> dict[str, torch.Tensor]:
+    """The native class's state dict: encoder under its base-model prefix, head renamed."""
+    prefix = native_class(model).base_model_prefix
+    out = {f"{prefix}.{k}": v for k, v in model.encoder.state_dict().items()}
+    head = model.head.state_dict()
+    mapping = head_key_map(model)
+    if set(head) != set(mapping):
+        raise ConfigError(f"cannot export: head parameters {sorted(head)} do not map onto "
+                          f"{native_class_name(model)} ({sorted(mapping)})")
+    out.update({mapping[k]: v for k, v in head.items()})
+    return out
+
+
+def native_config(model, labels: list[str] | None = None):
+    """The encoder's config with the head's label count, label names and dropout."""
+    import copy
+
+    config = copy.deepcopy(model.encoder.config)
+    kind = model.head_kind
+    num_labels = 2 if kind == "span" else int(model.head_kwargs.get("num_labels", 1))
+    config.num_labels = num_labels
+    if kind in ("sequence", "pair", "token"):
+        config.classifier_dropout = float(model.head_kwargs.get("dropout", config.hidden_dropout_prob))
+    if kind in ("sequence", "pair") and num_labels == 1:
+        config.problem_type = "regression"  # the pipeline then returns the raw score, no sigmoid
+    if labels and kind != "span" and len(labels) == num_labels:
+        config.id2label = {i: str(name) for i, name in enumerate(labels)}
+        config.label2id = {str(name): i for i, name in enumerate(labels)}
+    config.architectures = [native_class_name(model)]
+    return config
+
+
+def to_native(model, labels: list[str] | None = None):
+    """A native transformers model with ``model``'s weights (strict: every parameter mapped)."""
+    cls = native_class(model)
+    native = cls(native_config(model, labels))
+    state = native_state_dict(model)
+    missing, unexpected = native.load_state_dict(state, strict=False)
+    # buffers a config rebuilds (position ids) may be absent from the kotune side; weights may not
+    missing = [k for k in missing if not k.endswith(("position_ids", "token_type_ids"))]
+    if missing or unexpected:
+        raise ConfigError(f"cannot export to {cls.__name__}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return native.eval()
+
+
+def export_directory(model_dir: str, out_dir: str) -> dict:
+    """Write a saved kotune model (``model_dir``) as a standard transformers directory that
+    ``transformers.pipeline(<task>, model=out_dir)`` serves: the native class's config (with
+    ``id2label``/``label2id``) and weights, and the model's own tokenizer (its ``do_lower_case``,
+    ``model_max_length`` = the model's max_length, and no token type ids where the model had none)."""
+    from transformers import AutoTokenizer
+
+    from heads.model import KotuneModel
+
+    model = KotuneModel.load(model_dir)
+    reason = refusal(model)
+    if reason:
+        raise ConfigError(f"cannot export {model_dir}: {reason}")
+    native = to_native(model, model.meta.get("labels"))
+    native.save_pretrained(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if model.meta.get("max_length"):
+        tokenizer.model_max_length = int(model.meta["max_length"])
+    if not model.meta.get("token_type_ids", True):  # e.g. RoBERTa: type ids other than 0 would break it
+        tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
+        tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names
+    tokenizer.save_pretrained(out_dir)
+    return {"export_dir": out_dir, "native_class": type(native).__name__, "pipeline": PIPELINE[model.head_kind],
+            "num_labels": native.config.num_labels}

@@ -1,0 +1,124 @@
+"""Read any system's predictions for ``action=score`` and line them up with the gold examples.
+
+Accepted files (the format is told by the content, the columns by ``score.*``):
+
+- ``{id: answer}`` JSON: the official prediction file of KorQuAD and KLUE MRC (any task whose
+  predictions are single values also works this way);
+- kotune's ``predictions.jsonl`` (``{"id", "prediction", ...}`` per line);
+- a CSV/TSV/JSON/JSONL table with an id column and a prediction column (``score.id_column``,
+  ``score.prediction_column``; by default ``id`` and the first of prediction, label, answer,
+  prediction_text). Tag sequences (NER) are a JSON list or whitespace-separated tags.
+
+Every gold id needs exactly one prediction: missing or extra ids, and labels outside the task's
+label set, are one-line errors that name counts and the first few ids or labels.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tasks.errors import DataError
+from tasks.io import file_format, read_json, read_records
+
+PREDICTION_COLUMNS = ("prediction", "label", "answer", "prediction_text")
+SHOWN = 5
+
+
+def _first(items) -> str:
+    items = list(items)
+    more = f", … ({len(items) - SHOWN} more)" if len(items) > SHOWN else ""
+    return ", ".join(repr(x) for x in items[:SHOWN]) + more
+
+
+def read_predictions(path: str, id_column: str = "id", prediction_column: str | None = None,
+                     fmt: str | None = None) -> dict[str, Any]:
+    """``{id: prediction}`` from any of the accepted files."""
+    fmt = file_format(path, fmt)
+    if fmt == "json":
+        data = read_json(path)
+        if isinstance(data, dict) and not isinstance(data.get("data"), list):
+            return {str(k): v for k, v in data.items()}  # the official {id: answer} file
+    rows = read_records(path, fmt)
+    if not rows:
+        raise DataError(path, None, "no predictions in the file")
+    where0, row0 = rows[0]
+    column = prediction_column or next((c for c in PREDICTION_COLUMNS if c in row0), None)
+    if column is None or column not in row0:
+        raise DataError(path, where0, f"no prediction column (looked for "
+                                      f"{prediction_column or ', '.join(PREDICTION_COLUMNS)}; the file has "
+                                      f"{', '.join(row0)}): set score.prediction_column")
+    if id_column not in row0:
+        raise DataError(path, where0, f"no id column '{id_column}' (the file has {', '.join(row0)}): "
+                                      "set score.id_column")
+    out: dict[str, Any] = {}
+    for where, row in rows:
+        key = str(row.get(id_column))
+        if key in out:
+            raise DataError(path, where, f"id {key!r} is predicted twice")
+        out[key] = row.get(column)
+    return out
+
+
+def align(predictions: dict[str, Any], gold_ids: list[str], path: str, gold_path: str) -> list[Any]:
+    """The predictions in gold order; any missing or extra id is an error."""
+    gold_set = set(gold_ids)
+    missing = [i for i in gold_ids if i not in predictions]
+    extra = [i for i in predictions if i not in gold_set]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} of {len(gold_ids)} gold ids have no prediction (first: {_first(missing)})")
+        if extra:
+            parts.append(f"{len(extra)} of {len(predictions)} predicted ids are not in {gold_path} "
+                         f"(first: {_first(extra)})")
+        raise DataError(path, None, "; ".join(parts))
+    return [predictions[i] for i in gold_ids]
+
+
+def check_labels(values: list[str], allowed: list[str], path: str, what: str = "label") -> None:
+    unknown = sorted({v for v in values if v not in set(allowed)}, key=str)
+    if unknown:
+        raise DataError(path, None, f"{len(unknown)} unknown {what}(s): {_first(unknown)} "
+                                    f"(the task's {what}s: {_first(allowed) if len(allowed) > 30 else ', '.join(map(repr, allowed))})")
+
+
+def _tags(value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = value.strip()
+        if value.startswith("["):
+            import json
+
+            value = json.loads(value)
+        else:
+            return value.split()
+    return [str(t) for t in value]
+
+
+def to_outputs(task, values: list[Any], examples: list[dict], path: str) -> list[Any]:
+    """Raw predicted values → the task's decode() output format, checked against the task."""
+    kind = task.head
+    if kind in ("span", "span_char"):  # QA: an answer string
+        return [{"answer": "" if v is None else str(v)} for v in values]
+    if kind in ("token", "token_char"):  # a tag per unit
+        outputs = [_tags(v) for v in values]
+        for out, ex in zip(outputs, examples):
+            if len(out) != len(ex["units"]):
+                raise DataError(path, None, f"id {ex['id']!r}: {len(out)} predicted tags for {len(ex['units'])} "
+                                            "units (characters for KLUE NER)")
+        allowed = list(task.labels or sorted({t for ex in examples for t in ex["tags"]}))
+        check_labels([t for out in outputs for t in out], allowed, path, "tag")
+        return outputs
+    if getattr(task, "regression", False):
+        outputs = []
+        for v, ex in zip(values, examples):
+            try:
+                outputs.append(float(v))
+            except (TypeError, ValueError):
+                raise DataError(path, None, f"id {ex['id']!r}: prediction {v!r} is not a number") from None
+            if not math.isfinite(outputs[-1]):
+                raise DataError(path, None, f"id {ex['id']!r}: prediction {v!r} is not finite")
+        return outputs
+    allowed = [str(x) for x in (task.labels or sorted({str(ex["label"]) for ex in examples}))]
+    outputs = [str(v) for v in values]
+    check_labels(outputs, allowed, path)
+    return outputs
