@@ -469,7 +469,7 @@ def test_tiny_mrc_on_samples_writes_predictions_json_and_reloads(run_job, tmp_pa
     res = run_job(options + ["train.max_steps=3", "train.batch_size=8", "task.write_nbest=true"], "train")
     assert res["status"] == "ok", res.get("error")
     assert {"exact_match", "rouge_w", "exact_match_type3"} <= set(res["metrics"])
-    assert res["max_length"] == 384
+    assert res["max_length"] == 510  # task.max_length (KLUE-baseline's MRC windows), not train.max_length
     predictions = json.loads((tmp_path / "train" / "predictions.json").read_text(encoding="utf-8"))
     nbest = json.loads((tmp_path / "train" / "nbest_predictions.json").read_text(encoding="utf-8"))
     assert len(predictions) == res["n_eval"] == len(nbest)
