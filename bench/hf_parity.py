@@ -136,7 +136,7 @@ def hf_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, wo
     features = {s: encode_cached(task, d.examples, tokenizer, settings, str(cache)) for s, d in splits.items()}
     inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
     model = hf_model(head, checkpoint, task, seed)
-    args = run.training_arguments(cfg, str(work / f"hf-{head}-{seed}"), task, do_eval=False)
+    args = run.training_arguments(cfg, str(work / f"hf-{head}-{seed}"), list(task.label_fields), do_eval=False)
     trainer = Trainer(model=model, args=args, train_dataset=inputs["train"],
                       data_collator=run.make_collator(tokenizer, cfg))
     trainer.train()

@@ -244,7 +244,7 @@ def recipe_trainer(bench: Bench, train_rows, steps: int, workdir: str, seed: int
                    sampling: str = "random"):
     """The fixed-padding recipe: plain Trainer, random batches, rows padded to max_length. Same
     TrainingArguments as kotune's otherwise (learning rate, precision, seed, workers)."""
-    args = run.training_arguments(bench.cfg, workdir, bench.built.task, do_eval=False)
+    args = run.training_arguments(bench.cfg, workdir, list(bench.built.task.label_fields), do_eval=False)
     args = dataclasses.replace(args, train_sampling_strategy=sampling, max_steps=steps,
                                per_device_train_batch_size=batch, seed=seed, disable_tqdm=True)
     data = bench.padded.select(train_rows) if train_rows is not None else None
