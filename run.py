@@ -206,7 +206,7 @@ class Encoder:
 def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] | None,
                       weights: bool = True) -> Encoder:
     """Tokenizer + encoder from ``checkpoint=`` (everything as saved) or from ``cfg.model``."""
-    from heads.encoder import build_config, load_encoder, load_tokenizer, uses_token_type_ids
+    from heads.encoder import build_config, load_encoder, load_tokenizer, position_limit, uses_token_type_ids
 
     if cfg.get("checkpoint"):
         from transformers import AutoTokenizer
@@ -215,10 +215,10 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
 
         model_dir = checkpoint_model_dir(cfg.checkpoint)
         model = KotuneModel.load(model_dir)
-        if task is not None and model.meta.get("max_length") and requested_max_length(cfg) != model.meta["max_length"] \
-                and cfg.action != "embed":
+        requested = min(requested_max_length(cfg), position_limit(model.encoder.config))
+        if task is not None and model.meta.get("max_length") and requested != model.meta["max_length"]:
             log(f"warning: checkpoint {cfg.checkpoint} was trained with max_length={model.meta['max_length']}; "
-                f"using it (requested {requested_max_length(cfg)})")
+                f"using it (requested {requested})")
         return Encoder(AutoTokenizer.from_pretrained(model_dir), model.encoder.config,
                        int(model.meta.get("max_length", requested_max_length(cfg))),
                        bool(model.meta.get("token_type_ids", uses_token_type_ids(model.encoder.config))),
