@@ -40,7 +40,7 @@ TASKS = {  # head → kotune overrides (data, task options) and the stock HF cla
     "token": (["task=ner", f"data.train_file={DATA}/klue/klue-ner-v1.1_dev.tsv", "data.validation_split=0.1",
                "data.max_train_samples=2000", "data.max_eval_samples=300"], "AutoModelForTokenClassification"),
     "span": (["task=korquad", f"data.train_file={DATA}/korquad/KorQuAD_v1.0_dev.json", "data.validation_split=0.05",
-              "data.max_train_samples=1500", "data.max_eval_samples=150", "task.max_length=256",
+              "data.max_train_samples=1500", "data.max_eval_samples=150", "task.max_length=128",
               "task.doc_stride=64", "task.max_question_length=32"],  # fits 128-position checkpoints too
              "AutoModelForQuestionAnswering"),
 }
