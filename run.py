@@ -452,8 +452,10 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str):
 
 
 # ---- resume ------------------------------------------------------------------------------------
-RESUME_IGNORES = ("train.resume", "train.logging_steps", "train.save_total_limit", "train.eval_batch_size",
-                  "train.dataloader_num_workers", "save_model", "save_predictions", "keep_going_on_bugs")
+# keys that do not change what training computes: another value still resumes
+RESUME_IGNORES = ("train.resume", "train.logging_steps", "train.save_strategy", "train.save_steps",
+                  "train.save_total_limit", "train.eval_batch_size", "train.dataloader_num_workers", "cache_dir",
+                  "save_model", "save_predictions", "keep_going_on_bugs")
 
 
 def resume_identity(cfg: DictConfig) -> dict:
