@@ -770,7 +770,7 @@ def action_score(cfg: DictConfig, run_dir: str) -> dict:
     path = str(cfg.score.predictions)
     predicted = read_predictions(path, str(cfg.score.id_column), cfg.score.get("prediction_column"),
                                  cfg.score.get("format"))
-    values = align(predicted, [str(ex["id"]) for ex in gold.examples], path, str(gold.source))
+    values = align(predicted, [str(ex["id"]) for ex in gold.examples], path, gold.where)
     outputs = to_outputs(task, values, gold.examples, path)
     return {"n_eval": len(outputs), "predictions_file": os.path.abspath(path),
             "metrics": task.score(outputs, gold.examples), "data": {"validation": gold.source}}
