@@ -11,20 +11,41 @@ from omegaconf import DictConfig
 from heads.encoder import _from_hub_or_cache, build_config
 from tasks.collate import IGNORE
 from tasks.errors import ConfigError
-from tasks.log import warn
+from tasks.log import log, warn
 
 
-def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int) -> torch.nn.Module:
-    """``AutoModelForMaskedLM``; a checkpoint without an MLM head gets a fresh one (warning)."""
+def sinusoidal_positions(model: torch.nn.Module) -> None:
+    """Overwrite the learned position table with sin/cos waves (Vaswani et al.) at the init scale.
+    Why: from a random table a small encoder needs thousands of steps before attention can find
+    a token's neighbours (the masked-LM loss sits at the unigram plateau meanwhile); a shift of
+    sinusoids is a linear map, so neighbour attention is one matrix to learn. Still trainable."""
+    table = model.base_model.embeddings.position_embeddings.weight
+    n, d = table.shape
+    angle = torch.arange(n).unsqueeze(1) / 10000 ** (torch.arange(0, d, 2) / d)
+    waves = torch.zeros(n, d)
+    waves[:, 0::2], waves[:, 1::2] = torch.sin(angle), torch.cos(angle[:, : d // 2])
+    with torch.no_grad():
+        table.copy_(waves * (model.config.initializer_range / waves.std()))
+
+
+def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
+                   position_init: str = "random") -> torch.nn.Module:
+    """``AutoModelForMaskedLM``; a checkpoint without an MLM head gets a fresh one (warning).
+    ``position_init`` (random init only): random | sinusoidal."""
     from transformers import AutoModelForMaskedLM
 
     init = model_cfg.get("init", "pretrained")
     if init not in ("pretrained", "random"):
         raise ConfigError(f"model.init must be pretrained or random, got '{init}'")
+    if position_init not in ("random", "sinusoidal"):
+        raise ConfigError(f"pretrain.position_init={position_init}: must be random or sinusoidal")
     config = build_config(model_cfg, vocab_size)
     if init == "random":
         torch.manual_seed(seed)
-        return AutoModelForMaskedLM.from_config(config)
+        model = AutoModelForMaskedLM.from_config(config)
+        if position_init == "sinusoidal":
+            sinusoidal_positions(model)
+        return model
     model, info = _from_hub_or_cache(AutoModelForMaskedLM, model_cfg.name_or_path, config=config,
                                      dtype=torch.float32, revision=model_cfg.get("revision"),
                                      output_loading_info=True)
@@ -71,6 +92,9 @@ def held_out_curve(batches: list[dict], every: int, curve: list[dict]):
     class HeldOutCurve(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if every > 0 and state.global_step % every == 0 and state.is_world_process_zero:
-                curve.append({"step": state.global_step, **mlm_metrics(model, batches)})
+                point = {"step": state.global_step, **mlm_metrics(model, batches)}
+                curve.append(point)
+                log(f"step {point['step']}: held-out masked-token accuracy {point['mlm_accuracy']:.2f} %, "
+                    f"loss {point['mlm_loss']:.3f}")
 
     return HeldOutCurve()

@@ -124,6 +124,29 @@ TINY = ["action=pretrain", "model=tiny", "model.tokenizer.vocab_size=300", "trai
         "train.batch_size=8", "train.learning_rate=1e-3", "pretrain.max_eval_blocks=8"]
 
 
+def test_sinusoidal_positions_are_shiftable_waves_at_the_init_scale():
+    from heads.mlm import load_mlm_model
+    from tasks.errors import ConfigError
+
+    cfg = OmegaConf.create({"init": "random", "architecture": "bert", "name_or_path": None, "tokenizer": {},
+                            "config_overrides": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 1,
+                                                 "intermediate_size": 64, "max_position_embeddings": 40}})
+    plain = load_mlm_model(cfg, 100, seed=0)
+    waves = load_mlm_model(cfg, 100, seed=0, position_init="sinusoidal")
+    table = waves.bert.embeddings.position_embeddings.weight.detach()
+    assert table.std().item() == pytest.approx(waves.config.initializer_range, rel=1e-4)
+    # a shift by k positions is one linear map for every position (why neighbours are easy to find)
+    shift, _ = torch.linalg.lstsq(table[:-1].double(), table[1:].double())[:2]
+    assert torch.allclose(table[:-1].double() @ shift, table[1:].double(), atol=1e-6)
+    random_table = plain.bert.embeddings.position_embeddings.weight.detach()
+    fit, _ = torch.linalg.lstsq(random_table[:-1].double(), random_table[1:].double())[:2]
+    assert not torch.allclose(random_table[:-1].double() @ fit, random_table[1:].double(), atol=1e-3)
+    # everything else is the same seeded init
+    assert torch.equal(plain.bert.embeddings.word_embeddings.weight, waves.bert.embeddings.word_embeddings.weight)
+    with pytest.raises(ConfigError, match="position_init"):
+        load_mlm_model(cfg, 100, seed=0, position_init="rotary")
+
+
 def test_round_trip_pretrain_fill_mask_finetune(tmp_path, run_job, cache_dir):
     from transformers import AutoModelForMaskedLM, pipeline
 
