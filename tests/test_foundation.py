@@ -106,25 +106,6 @@ def test_sts_on_klue_dev(run_job):
     assert res["n_eval"] == round(519 * 0.2) and -100 <= res["metrics"]["pearson"] <= 100
 
 
-@pytest.mark.slow
-def test_hate_speech_beats_majority_class(run_job):
-    """On real data it learns: tiny encoder on Korean hate speech (train → dev, column `hate`)."""
-    import collections
-    import csv
-
-    train = shared_path("data/hate-speech/train.tsv")
-    dev = shared_path("data/hate-speech/dev.tsv")
-    with open(dev, encoding="utf-8") as f:
-        golds = [row["hate"] for row in csv.DictReader(f, delimiter="\t")]
-    majority = 100 * collections.Counter(golds).most_common(1)[0][1] / len(golds)
-    res = run_job(["task=text_cls", "model=tiny", f"data.train_file={train}", f"data.validation_file={dev}",
-                   "data.text_column=comments", "data.label_column=hate", "train.epochs=5",
-                   "train.learning_rate=5e-4"])
-    assert res["status"] == "ok", res.get("error")
-    print(f"hate speech dev accuracy {res['metrics']['accuracy']:.2f} vs majority {majority:.2f}")
-    assert res["metrics"]["accuracy"] >= majority + 8
-
-
 def test_real_vocab_random_encoder_and_position_limit(run_job):
     """kcbert's real vocabulary, a 2-layer random encoder, max_length clamped to its 300 positions."""
     vocab = shared_path("vocab/kcbert-base")
