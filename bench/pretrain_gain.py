@@ -2,21 +2,25 @@
 ``action=pretrain``, then fine-tune it and its random-init twin (same config, tokenizer, seeds,
 steps; each with its best learning rate from a small grid, picked on the first seed) on
 hate-speech, KLUE NLI and KLUE NER (seeded 80/20 splits of the shared dev files), plus frozen
-NLI probes (last layer, a middle layer, scalar mix) of both.
+NLI probes (last layer, a middle layer, scalar mix) of both, and the downstream curve: every
+pretraining checkpoint fine-tuned on hate speech like the final model.
 
     python bench/pretrain_gain.py                      # the default budget (see --help)
     python bench/pretrain_gain.py --pretrain-steps 400 --ft-steps 60 --seeds 1,2,3
 
 Prints ``RESULT pretrain_minutes=… mlm_accuracy=… hate_gain=… nli_gain=… ner_gain=…`` (gains:
-pretrained − random in points, mean over seeds), a table and a PNG. The pretrained checkpoint is
-cached under ``cache_dir/pretrain_gain/<recipe hash>`` (never in the project): the same recipe
-again reuses it. Every job is an in-process ``run.execute``: exactly what the CLI runs.
+pretrained − random in points, mean over seeds), a table, a PNG (MLM curves, scores, downstream
+curve) and the leaderboard of ``report.py`` over the selected runs (``OUT/report``). The
+pretrained checkpoint is cached under ``cache_dir/pretrain_gain/<recipe hash>`` (never in the
+project): the same recipe again reuses it, an interrupted one resumes. Every job is an in-process
+``run.execute``: exactly what the CLI runs.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -39,6 +43,7 @@ TASKS = {  # name → (overrides, main metric)
             "entity_f1"),
 }
 PROBES = {"last": "last", "middle": "[1]", "scalar_mix": "scalar_mix"}
+CURVE_TASK = "hate"
 
 
 def compose(overrides: list[str]):
@@ -76,11 +81,16 @@ def pretrain(a, cache_dir: str) -> tuple[dict, str]:
                  f"model.config_overrides.num_attention_heads={max(1, a.hidden // 64)}",
                  f"model.config_overrides.intermediate_size={4 * a.hidden}",
                  f"model.config_overrides.max_position_embeddings={a.ft_max_length}",
-                 f"train.max_length={a.block}", f"train.batch_size={a.batch}", f"train.max_steps={a.pretrain_steps}",
+                 f"model.config_overrides.hidden_dropout_prob={a.dropout}",
+                 f"model.config_overrides.attention_probs_dropout_prob={a.dropout}",
+                 f"pretrain.position_init={a.position_init}", f"train.max_length={a.block}", f"train.batch_size={a.batch}", f"train.max_steps={a.pretrain_steps}",
                  f"train.learning_rate={a.lr}", "train.warmup_ratio=0.06", "train.logging_steps=25",
                  "train.eval_batch_size=128", "pretrain.max_eval_blocks=300",
                  f"pretrain.eval_every={max(1, a.pretrain_steps // 8)}", f"cache_dir={cache_dir}"]
     run_dir = os.path.join(cache_dir, "pretrain_gain", fingerprint(overrides)[:12])
+    # checkpoints for the downstream curve (the run dir's name ignores them: resume keeps working)
+    overrides += ["train.save_strategy=steps", f"train.save_steps={max(1, a.pretrain_steps // a.curve_points)}",
+                  "train.save_total_limit=null"]
     started = time.time()
     res = job(overrides, run_dir)
     if time.time() - started > 60:
@@ -90,13 +100,48 @@ def pretrain(a, cache_dir: str) -> tuple[dict, str]:
 
 def finetune(a, model_dir: str, cache_dir: str, out: str, task: str, init: str, lr: float, seed: int,
              extra: list[str] = (), tag: str = "") -> float:
-    overrides, metric = TASKS[task]
-    res = job([*overrides, "model=klue", f"model.name_or_path={model_dir}", f"model.init={init}",
-               f"train.learning_rate={lr}", f"train.seed={seed}", f"train.max_steps={a.ft_steps}",
+    return float(finetune_run(a, model_dir, cache_dir, out, task, init, lr, seed, extra, tag)["metrics"][TASKS[task][1]])
+
+
+def run_dir_of(out: str, task: str, init: str, lr: float, seed: int, tag: str = "") -> str:
+    return os.path.join(out, f"{task}_{init}_lr{lr:g}_s{seed}{tag}")
+
+
+def finetune_run(a, model_dir: str, cache_dir: str, out: str, task: str, init: str, lr: float, seed: int,
+                 extra: list[str] = (), tag: str = "") -> dict:
+    overrides = TASKS[task][0]
+    return job([*overrides, "model=klue", f"model.name=mini-{init}", f"model.name_or_path={model_dir}",
+               f"model.init={init}", f"train.learning_rate={lr}", f"train.seed={seed}", f"train.max_steps={a.ft_steps}",
                f"train.batch_size={a.ft_batch}", f"train.max_length={a.ft_max_length}", "train.warmup_ratio=0.1",
                "save_model=false", "save_predictions=false", f"cache_dir={cache_dir}", *extra],
-              os.path.join(out, f"{task}_{init}_lr{lr:g}_s{seed}{tag}"))
-    return float(res["metrics"][metric])
+              run_dir_of(out, task, init, lr, seed, tag))
+
+
+def checkpoint_models(pretrain_dir: str, model_dir: str) -> dict[int, str]:
+    """Pretraining step → a directory fine-tuning can read: the Trainer checkpoint (config and
+    weights) plus the final tokenizer files (the tokenizer is fixed before step 0)."""
+    root, found = os.path.join(pretrain_dir, "checkpoints"), {}
+    for name in os.listdir(root) if os.path.isdir(root) else []:
+        if name.startswith("checkpoint-"):
+            path = os.path.join(root, name)
+            for f in os.listdir(model_dir):
+                if f.startswith(("tokenizer", "special_tokens", "vocab")) and not os.path.exists(os.path.join(path, f)):
+                    shutil.copy(os.path.join(model_dir, f), path)
+            found[int(name.split("-")[1])] = path
+    return dict(sorted(found.items()))
+
+
+def downstream_curve(a, pretrain_dir: str, model_dir: str, table: dict, seeds: list[int]) -> list[dict]:
+    """CURVE_TASK's score against pretraining steps: every checkpoint fine-tuned like the final
+    model (its best lr, every seed); step 0 is the random twin."""
+    random_twin, final = table[(CURVE_TASK, "random")], table[(CURVE_TASK, "pretrained")]
+    curve = [{"step": 0, "scores": random_twin["scores"]}]
+    for step, path in checkpoint_models(pretrain_dir, model_dir).items():
+        if step < a.pretrain_steps:
+            curve.append({"step": step, "scores": [
+                finetune(a, path, a.cache_dir, a.out, CURVE_TASK, "pretrained", final["lr"], seed, tag=f"_step{step}")
+                for seed in seeds]})
+    return curve + [{"step": a.pretrain_steps, "scores": final["scores"]}]
 
 
 def spread(values: list[float]) -> str:
@@ -111,9 +156,14 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--block", type=int, default=64, help="pretraining block (packed tokens)")
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--pretrain-steps", type=int, default=600)
-    p.add_argument("--ft-steps", type=int, default=120)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="encoder dropout (pretraining and both fine-tuned twins: the saved config)")
+    p.add_argument("--position-init", default="sinusoidal", choices=("random", "sinusoidal"))
+    p.add_argument("--pretrain-steps", type=int, default=2500)
+    p.add_argument("--curve-points", type=int, default=4,
+                   help="pretraining checkpoints fine-tuned on hate speech for the downstream curve")
+    p.add_argument("--ft-steps", type=int, default=400)
     p.add_argument("--ft-batch", type=int, default=32)
     p.add_argument("--ft-max-length", type=int, default=128)
     p.add_argument("--ft-lrs", default="3e-4,1e-3", help="fine-tuning grid, picked per model and task on the first seed")
@@ -149,6 +199,7 @@ def main() -> None:
             scores = [grid[best]] + [finetune(a, model_dir, a.cache_dir, a.out, task, init, best, s) for s in seeds[1:]]
             table[(task, init)] = {"lr": best, "grid": grid, "scores": scores}
             print(f"{task:5s} {init:10s} lr {best:g} (grid {grid}): {spread(scores)}", flush=True)
+    curve = downstream_curve(a, os.path.dirname(model_dir), model_dir, table, seeds)
     probes = {}
     for name, layers in PROBES.items():
         for init in ("pretrained", "random"):
@@ -165,19 +216,26 @@ def main() -> None:
         lines.append(f"| nli frozen probe, {name} | {probes[(name, 'pretrained')]:.2f} | {probes[(name, 'random')]:.2f} "
                      f"| {probes[(name, 'pretrained')] - probes[(name, 'random')]:.2f} (seed {seeds[0]}) |")
     print("\n".join(lines))
+    print(f"{CURVE_TASK} {TASKS[CURVE_TASK][1]} against pretraining steps (0 = the random twin): "
+          + ", ".join(f"{c['step']}: {spread(c['scores'])}" for c in curve))
     summary = {"pretrain": {k: pre[k] for k in ("train_steps", "train_runtime_s", "initial_metrics", "metrics",
                                                  "held_out_curve", "loss_curve", "tokens_per_second")},
                "args": vars(a), "finetune": {f"{t}/{i}": v for (t, i), v in table.items()},
                "probes": {f"{n}/{i}": v for (n, i), v in probes.items()}, "gains": gains,
+               "downstream_curve": curve,
                "bench_minutes": (time.time() - started) / 60}
     with open(os.path.join(a.out, "pretrain_gain.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    plot(pre, table, a, os.path.join(a.out, "pretrain_gain.png"))
+    plot(pre, table, curve, a, os.path.join(a.out, "pretrain_gain.png"))
+    import report  # the same leaderboard a user gets, over the selected (best-lr) fine-tuning runs
+
+    report.main([run_dir_of(a.out, t, i, v["lr"], seed) for (t, i), v in table.items() for seed in seeds]
+                + ["--out", os.path.join(a.out, "report")])
     print(f"RESULT pretrain_minutes={minutes:.1f} mlm_accuracy={acc:.2f} "
           + " ".join(f"{t}_gain={g:.2f}" for t, g in gains.items()))
 
 
-def plot(pre: dict, table: dict, a, path: str) -> None:
+def plot(pre: dict, table: dict, downstream: list[dict], a, path: str) -> None:
     try:
         import matplotlib
 
@@ -186,7 +244,7 @@ def plot(pre: dict, table: dict, a, path: str) -> None:
     except ImportError:
         print("no matplotlib: PNG skipped")
         return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right, down) = plt.subplots(1, 3, figsize=(16, 4))
     steps = [h["step"] for h in pre["loss_curve"]]
     left.plot(steps, [h["loss"] for h in pre["loss_curve"]], label="training MLM loss")
     curve = pre["held_out_curve"]
@@ -205,6 +263,11 @@ def plot(pre: dict, table: dict, a, path: str) -> None:
     right.set_xticks([i + 0.2 for i in range(len(tasks))], [f"{t} ({TASKS[t][1]})" for t in tasks])
     right.legend()
     right.set_title(f"fine-tuned {a.ft_steps} steps, {len(a.seeds.split(','))} seeds")
+    down.errorbar([c["step"] for c in downstream], [statistics.mean(c["scores"]) for c in downstream],
+                  yerr=[statistics.stdev(c["scores"]) if len(c["scores"]) > 1 else 0 for c in downstream], fmt="o-")
+    down.set_xlabel("pretraining step (0 = random twin)")
+    down.set_ylabel(f"{CURVE_TASK} dev {TASKS[CURVE_TASK][1]}")
+    down.set_title("downstream score against pretraining")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     print(f"wrote {path}")
