@@ -700,6 +700,14 @@ def action_embed(cfg: DictConfig, run_dir: str) -> dict:
     return res
 
 
+def tokens_per_second(epoch_tokens: int, train_metrics: dict, steps: int, resumed_from: int | None) -> float:
+    """Real tokens trained in *this* process per second (after a resume, Trainer's runtime covers
+    only the steps since ``resumed_from``, its epoch count all of them)."""
+    here = (steps - (resumed_from or 0)) / steps if steps else 0.0
+    runtime = train_metrics.get("train_runtime") or float("nan")
+    return epoch_tokens * float(train_metrics.get("epoch") or 0) * here / runtime
+
+
 def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
     """Masked-LM pretraining (random init, a tokenizer trained on the text) or continued pretraining
     of a checkpoint with its own MLM head: packed blocks (tasks/pretrain.py), the library's MLM
@@ -746,7 +754,7 @@ def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
            "n_eval_lines": len(text["validation"].lines), "n_train_blocks": len(blocks["train"]),
            "n_eval_blocks": len(eval_rows), "padding_efficiency": pretrain.padding_efficiency(blocks["train"]),
            "train_loss": loss, "train_steps": trainer.state.global_step, "train_runtime_s": runtime,
-           "tokens_per_second": real_tokens * float(train_metrics.get("epoch") or 0) / runtime,
+           "tokens_per_second": tokens_per_second(real_tokens, train_metrics, trainer.state.global_step, resumed_from),
            "initial_metrics": initial, "metrics": metrics, "resumed_from": resumed_from, "held_out_curve": curve,
            "loss_curve": [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h],
            "data": {s: t.source for s, t in text.items()}}

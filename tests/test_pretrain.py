@@ -147,6 +147,15 @@ def test_sinusoidal_positions_are_shiftable_waves_at_the_init_scale():
         load_mlm_model(cfg, 100, seed=0, position_init="rotary")
 
 
+def test_tokens_per_second_counts_only_the_steps_of_this_process():
+    from run import tokens_per_second
+
+    # 1,000 tokens an epoch, 2 epochs in 100 steps, 10 s: 200 tokens/s; resumed at step 75: 50 tokens/s
+    assert tokens_per_second(1000, {"epoch": 2.0, "train_runtime": 10.0}, 100, None) == pytest.approx(200)
+    assert tokens_per_second(1000, {"epoch": 2.0, "train_runtime": 2.5}, 100, 75) == pytest.approx(200)
+    assert tokens_per_second(1000, {"epoch": 2.0, "train_runtime": 10.0}, 100, 75) == pytest.approx(50)
+
+
 def test_round_trip_pretrain_fill_mask_finetune(tmp_path, run_job, cache_dir):
     from transformers import AutoModelForMaskedLM, pipeline
 
