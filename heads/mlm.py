@@ -16,9 +16,10 @@ from tasks.log import log, warn
 
 def sinusoidal_positions(model: torch.nn.Module) -> None:
     """Overwrite the learned position table with sin/cos waves (Vaswani et al.) at the init scale.
-    Why: from a random table a small encoder needs thousands of steps before attention can find
-    a token's neighbours (the masked-LM loss sits at the unigram plateau meanwhile); a shift of
-    sinusoids is a linear map, so neighbour attention is one matrix to learn. Still trainable."""
+    Why: a shift of sinusoids is one linear map, so attention to a token's neighbours is one
+    matrix to learn instead of a pattern over every pair of random rows. Still trainable. Measured
+    on the shared corpus (2×128 BERT): a slightly lower early loss (5.73 vs 5.77 at step 300), not
+    an escape from the unigram plateau (README, "Pretrain or adapt an encoder")."""
     table = model.base_model.embeddings.position_embeddings.weight
     n, d = table.shape
     angle = torch.arange(n).unsqueeze(1) / 10000 ** (torch.arange(0, d, 2) / d)
@@ -46,6 +47,8 @@ def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
         if position_init == "sinusoidal":
             sinusoidal_positions(model)
         return model
+    if position_init != "random":
+        warn(f"pretrain.position_init={position_init} ignored: {model_cfg.name_or_path} brings its own positions")
     model, info = _from_hub_or_cache(AutoModelForMaskedLM, model_cfg.name_or_path, config=config,
                                      dtype=torch.float32, revision=model_cfg.get("revision"),
                                      output_loading_info=True)

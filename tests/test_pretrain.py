@@ -205,9 +205,11 @@ def test_checkpoint_without_mlm_head_warns(tmp_path, run_job, tokenizer, caplog)
     tokenizer.save_pretrained(plain)
     with caplog.at_level("WARNING", logger="kotune"):
         res = run_job(["action=pretrain", "model=klue", f"model.name_or_path={plain}", "train.max_length=32",
-                       f"data.train_file={corpus(tmp_path)}", "train.max_steps=1", "save_model=false"], "head")
+                       f"data.train_file={corpus(tmp_path)}", "train.max_steps=1", "save_model=false",
+                       "pretrain.position_init=sinusoidal"], "head")
     assert res["status"] == "ok", res.get("error")
     assert "no masked-LM head" in caplog.text and "starts fresh" in caplog.text
+    assert "position_init=sinusoidal ignored" in caplog.text  # a checkpoint keeps its own positions
 
 
 @pytest.mark.parametrize("case", ["empty", "undecodable", "column", "vocab"])
