@@ -83,7 +83,8 @@ def pretrain(a, cache_dir: str) -> tuple[dict, str]:
                  f"model.config_overrides.max_position_embeddings={a.ft_max_length}",
                  f"model.config_overrides.hidden_dropout_prob={a.dropout}",
                  f"model.config_overrides.attention_probs_dropout_prob={a.dropout}",
-                 f"pretrain.position_init={a.position_init}", f"train.max_length={a.block}", f"train.batch_size={a.batch}", f"train.max_steps={a.pretrain_steps}",
+                 f"pretrain.position_init={a.position_init}", f"train.max_length={a.block}",
+                 f"train.batch_size={a.batch}", f"train.max_steps={a.pretrain_steps}",
                  f"train.learning_rate={a.lr}", "train.warmup_ratio=0.06", "train.logging_steps=25",
                  "train.eval_batch_size=128", "pretrain.max_eval_blocks=300",
                  f"pretrain.eval_every={max(1, a.pretrain_steps // 8)}", f"cache_dir={cache_dir}"]
@@ -134,6 +135,8 @@ def checkpoint_models(pretrain_dir: str, model_dir: str) -> dict[int, str]:
 def downstream_curve(a, pretrain_dir: str, model_dir: str, table: dict, seeds: list[int]) -> list[dict]:
     """CURVE_TASK's score against pretraining steps: every checkpoint fine-tuned like the final
     model (its best lr, every seed); step 0 is the random twin."""
+    if (CURVE_TASK, "pretrained") not in table:
+        return []
     random_twin, final = table[(CURVE_TASK, "random")], table[(CURVE_TASK, "pretrained")]
     curve = [{"step": 0, "scores": random_twin["scores"]}]
     for step, path in checkpoint_models(pretrain_dir, model_dir).items():
@@ -216,8 +219,9 @@ def main() -> None:
         lines.append(f"| nli frozen probe, {name} | {probes[(name, 'pretrained')]:.2f} | {probes[(name, 'random')]:.2f} "
                      f"| {probes[(name, 'pretrained')] - probes[(name, 'random')]:.2f} (seed {seeds[0]}) |")
     print("\n".join(lines))
-    print(f"{CURVE_TASK} {TASKS[CURVE_TASK][1]} against pretraining steps (0 = the random twin): "
-          + ", ".join(f"{c['step']}: {spread(c['scores'])}" for c in curve))
+    if curve:
+        print(f"{CURVE_TASK} {TASKS[CURVE_TASK][1]} against pretraining steps (0 = the random twin): "
+              + ", ".join(f"{c['step']}: {spread(c['scores'])}" for c in curve))
     summary = {"pretrain": {k: pre[k] for k in ("train_steps", "train_runtime_s", "initial_metrics", "metrics",
                                                  "held_out_curve", "loss_curve", "tokens_per_second")},
                "args": vars(a), "finetune": {f"{t}/{i}": v for (t, i), v in table.items()},
