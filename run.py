@@ -726,7 +726,8 @@ def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
         tokenizer = load_tokenizer(cfg.model, texts=text["train"].lines, cache_dir=cfg.cache_dir)
         pretrain.check_vocabulary(tokenizer, cfg.model, text["train"].source)
         warn_unknown_hangul(tokenizer, text["train"].lines)
-        model = load_mlm_model(cfg.model, len(tokenizer), seed, p.get("position_init") or "random")
+        model = load_mlm_model(cfg.model, len(tokenizer), seed, p.get("position_init") or "random",
+                               p.get("attention_init") or "random")
         max_length = resolve_max_length(int(cfg.train.max_length), model.config)
         blocks = {s: pretrain.pack_blocks(tokenizer, *pretrain.tokenize_lines(tokenizer, t.lines), max_length)
                   for s, t in text.items()}

@@ -72,10 +72,8 @@ def job(overrides: list[str], run_dir: str) -> dict:
     return res
 
 
-def pretrain(a, cache_dir: str) -> tuple[dict, str]:
-    from tasks.base import fingerprint
-
-    overrides = ["action=pretrain", "model=tiny", f"data.train_file=[{','.join(CORPUS)}]",
+def pretrain_overrides(a, cache_dir: str) -> list[str]:
+    return ["action=pretrain", "model=tiny", f"data.train_file=[{','.join(CORPUS)}]",
                  f"model.tokenizer.vocab_size={a.vocab}", f"model.config_overrides.hidden_size={a.hidden}",
                  f"model.config_overrides.num_hidden_layers={a.layers}",
                  f"model.config_overrides.num_attention_heads={max(1, a.hidden // 64)}",
@@ -83,11 +81,18 @@ def pretrain(a, cache_dir: str) -> tuple[dict, str]:
                  f"model.config_overrides.max_position_embeddings={a.ft_max_length}",
                  f"model.config_overrides.hidden_dropout_prob={a.dropout}",
                  f"model.config_overrides.attention_probs_dropout_prob={a.dropout}",
-                 f"pretrain.position_init={a.position_init}", f"train.max_length={a.block}",
+                 f"pretrain.position_init={a.position_init}", f"pretrain.attention_init={a.attention_init}",
+                 f"train.max_length={a.block}",
                  f"train.batch_size={a.batch}", f"train.max_steps={a.pretrain_steps}",
                  f"train.learning_rate={a.lr}", "train.warmup_ratio=0.06", "train.logging_steps=25",
                  "train.eval_batch_size=128", "pretrain.max_eval_blocks=300",
                  f"pretrain.eval_every={max(1, a.pretrain_steps // 8)}", f"cache_dir={cache_dir}"]
+
+
+def pretrain(a, cache_dir: str) -> tuple[dict, str]:
+    from tasks.base import fingerprint
+
+    overrides = pretrain_overrides(a, cache_dir)
     run_dir = os.path.join(cache_dir, "pretrain_gain", fingerprint(overrides)[:12])
     # checkpoints for the downstream curve (the run dir's name ignores them: resume keeps working)
     overrides += ["train.save_strategy=steps", f"train.save_steps={max(1, a.pretrain_steps // a.curve_points)}",
@@ -132,13 +137,34 @@ def checkpoint_models(pretrain_dir: str, model_dir: str) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
+def initial_model(a, pretrain_dir: str, model_dir: str) -> str:
+    """The pretraining's own step-0 weights (its seeded init, sinusoidal positions, mimetic
+    attention), rebuilt the way action=pretrain builds them: the curve's first point, so that a gain
+    is the pretraining's and not its init's."""
+    from transformers import AutoTokenizer
+
+    from heads.mlm import load_mlm_model
+
+    path = os.path.join(pretrain_dir, "initial")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        cfg = compose(pretrain_overrides(a, a.cache_dir))
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = load_mlm_model(cfg.model, len(tokenizer), int(cfg.train.seed), cfg.pretrain.position_init,
+                               cfg.pretrain.attention_init)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    return path
+
+
 def downstream_curve(a, pretrain_dir: str, model_dir: str, table: dict, seeds: list[int]) -> list[dict]:
-    """CURVE_TASK's score against pretraining steps: every checkpoint fine-tuned like the final
-    model (its best lr, every seed); step 0 is the random twin."""
+    """CURVE_TASK's score against pretraining steps: the step-0 weights and every checkpoint
+    fine-tuned like the final model (its best lr, every seed)."""
     if (CURVE_TASK, "pretrained") not in table:
         return []
-    random_twin, final = table[(CURVE_TASK, "random")], table[(CURVE_TASK, "pretrained")]
-    curve = [{"step": 0, "scores": random_twin["scores"]}]
+    final = table[(CURVE_TASK, "pretrained")]
+    curve = [{"step": 0, "scores": [finetune(a, initial_model(a, pretrain_dir, model_dir), a.cache_dir, a.out,
+                                             CURVE_TASK, "pretrained", final["lr"], seed, tag="_step0")
+                                    for seed in seeds]}]
     for step, path in checkpoint_models(pretrain_dir, model_dir).items():
         if step < a.pretrain_steps:
             curve.append({"step": step, "scores": [
@@ -159,11 +185,12 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--block", type=int, default=64, help="pretraining block (packed tokens)")
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--dropout", type=float, default=0.0,
                    help="encoder dropout (pretraining and both fine-tuned twins: the saved config)")
     p.add_argument("--position-init", default="sinusoidal", choices=("random", "sinusoidal"))
-    p.add_argument("--pretrain-steps", type=int, default=2500)
+    p.add_argument("--attention-init", default="mimetic", choices=("random", "mimetic"))
+    p.add_argument("--pretrain-steps", type=int, default=3000)
     p.add_argument("--curve-points", type=int, default=4,
                    help="pretraining checkpoints fine-tuned on hate speech for the downstream curve")
     p.add_argument("--ft-steps", type=int, default=400)
@@ -220,7 +247,8 @@ def main() -> None:
                      f"| {probes[(name, 'pretrained')] - probes[(name, 'random')]:.2f} (seed {seeds[0]}) |")
     print("\n".join(lines))
     if curve:
-        print(f"{CURVE_TASK} {TASKS[CURVE_TASK][1]} against pretraining steps (0 = the random twin): "
+        print(f"{CURVE_TASK} {TASKS[CURVE_TASK][1]} against pretraining steps (0 = its initial weights; "
+              f"random twin {spread(table[(CURVE_TASK, 'random')]['scores'])}): "
               + ", ".join(f"{c['step']}: {spread(c['scores'])}" for c in curve))
     summary = {"pretrain": {k: pre[k] for k in ("train_steps", "train_runtime_s", "initial_metrics", "metrics",
                                                  "held_out_curve", "loss_curve", "tokens_per_second")},
@@ -268,8 +296,13 @@ def plot(pre: dict, table: dict, downstream: list[dict], a, path: str) -> None:
     right.legend()
     right.set_title(f"fine-tuned {a.ft_steps} steps, {len(a.seeds.split(','))} seeds")
     down.errorbar([c["step"] for c in downstream], [statistics.mean(c["scores"]) for c in downstream],
-                  yerr=[statistics.stdev(c["scores"]) if len(c["scores"]) > 1 else 0 for c in downstream], fmt="o-")
-    down.set_xlabel("pretraining step (0 = random twin)")
+                  yerr=[statistics.stdev(c["scores"]) if len(c["scores"]) > 1 else 0 for c in downstream], fmt="o-",
+                  label="pretraining checkpoints")
+    if downstream:
+        down.axhline(statistics.mean(table[(CURVE_TASK, "random")]["scores"]), color="gray", ls="--",
+                     label="random twin (standard init)")
+        down.legend()
+    down.set_xlabel("pretraining step (0 = its initial weights)")
     down.set_ylabel(f"{CURVE_TASK} dev {TASKS[CURVE_TASK][1]}")
     down.set_title("downstream score against pretraining")
     fig.tight_layout()

@@ -29,10 +29,30 @@ def sinusoidal_positions(model: torch.nn.Module) -> None:
         table.copy_(waves * (model.config.initializer_range / waves.std()))
 
 
+def mimetic_attention(model: torch.nn.Module) -> None:
+    """Mimetic query/key init (Trockman & Kolter, ICML 2023): each head's query and key weights
+    are the same random orthonormal rows, so W_q W_kᵀ is a projection and a token attends, from
+    step 0, to tokens whose embedding is like its own — with sinusoidal positions, to its
+    neighbours. Why: from the standard init the attention of a small BERT stayed uniform or
+    collapsed onto one token on the shared corpus (the unigram plateau); with this init it learns
+    to read its context within a few hundred steps (README, "Pretrain or adapt an encoder")."""
+    heads = model.config.num_attention_heads
+    with torch.no_grad():
+        for module in model.modules():
+            query, key = getattr(module, "query", None), getattr(module, "key", None)
+            if not (isinstance(query, torch.nn.Linear) and isinstance(key, torch.nn.Linear)):
+                continue
+            size = query.out_features // heads
+            for h in range(heads):
+                rows = torch.linalg.qr(torch.randn(query.in_features, query.in_features))[0][:, :size].T
+                query.weight[h * size:(h + 1) * size] = rows
+                key.weight[h * size:(h + 1) * size] = rows
+
+
 def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
-                   position_init: str = "random") -> torch.nn.Module:
+                   position_init: str = "random", attention_init: str = "random") -> torch.nn.Module:
     """``AutoModelForMaskedLM``; a checkpoint without an MLM head gets a fresh one (warning).
-    ``position_init`` (random init only): random | sinusoidal."""
+    Random init only: ``position_init`` random | sinusoidal, ``attention_init`` random | mimetic."""
     from transformers import AutoModelForMaskedLM
 
     init = model_cfg.get("init", "pretrained")
@@ -40,15 +60,20 @@ def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
         raise ConfigError(f"model.init must be pretrained or random, got '{init}'")
     if position_init not in ("random", "sinusoidal"):
         raise ConfigError(f"pretrain.position_init={position_init}: must be random or sinusoidal")
+    if attention_init not in ("random", "mimetic"):
+        raise ConfigError(f"pretrain.attention_init={attention_init}: must be random or mimetic")
     config = build_config(model_cfg, vocab_size)
     if init == "random":
         torch.manual_seed(seed)
         model = AutoModelForMaskedLM.from_config(config)
         if position_init == "sinusoidal":
             sinusoidal_positions(model)
+        if attention_init == "mimetic":
+            mimetic_attention(model)
         return model
-    if position_init != "random":
-        warn(f"pretrain.position_init={position_init} ignored: {model_cfg.name_or_path} brings its own positions")
+    for key, value in (("position_init", position_init), ("attention_init", attention_init)):
+        if value != "random":
+            warn(f"pretrain.{key}={value} ignored: {model_cfg.name_or_path} brings its own weights")
     model, info = _from_hub_or_cache(AutoModelForMaskedLM, model_cfg.name_or_path, config=config,
                                      dtype=torch.float32, revision=model_cfg.get("revision"),
                                      output_loading_info=True)

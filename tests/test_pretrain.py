@@ -147,6 +147,42 @@ def test_sinusoidal_positions_are_shiftable_waves_at_the_init_scale():
         load_mlm_model(cfg, 100, seed=0, position_init="rotary")
 
 
+def test_mimetic_attention_starts_local_with_sinusoidal_positions():
+    from heads.mlm import load_mlm_model
+    from tasks.errors import ConfigError
+
+    cfg = OmegaConf.create({"init": "random", "architecture": "bert", "name_or_path": None, "tokenizer": {},
+                            "config_overrides": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                                 "intermediate_size": 128, "max_position_embeddings": 64}})
+    waves = load_mlm_model(cfg, 100, seed=0, position_init="sinusoidal")
+    mimetic = load_mlm_model(cfg, 100, seed=0, position_init="sinusoidal", attention_init="mimetic")
+    for layer in mimetic.bert.encoder.layer:
+        attention = layer.attention.self
+        assert torch.equal(attention.query.weight, attention.key.weight)
+        for rows in attention.query.weight.detach().split(32):  # each head: orthonormal rows
+            assert torch.allclose(rows @ rows.T, torch.eye(32), atol=1e-5)
+    # the rest of the seeded init is untouched
+    assert torch.equal(waves.bert.embeddings.word_embeddings.weight, mimetic.bert.embeddings.word_embeddings.weight)
+
+    def attention_shares(model):  # first layer, step 0: mass on the token itself, on tokens 1-2 away
+        ids = torch.randint(5, 100, (4, 64), generator=torch.Generator().manual_seed(0))
+        model.set_attn_implementation("eager")  # sdpa returns no attention weights
+        with torch.no_grad():
+            attn = model.bert(input_ids=ids, output_attentions=True).attentions[0]
+        distance = (torch.arange(64)[:, None] - torch.arange(64)[None, :]).abs()
+        return [attn[..., (distance >= low) & (distance <= high)].sum().item() / attn.sum().item()
+                for low, high in ((0, 0), (1, 2))]
+
+    standard_self, standard_near = attention_shares(waves)
+    mimetic_self, mimetic_near = attention_shares(mimetic)
+    blind_self, blind_near = attention_shares(load_mlm_model(cfg, 100, seed=0, attention_init="mimetic"))
+    assert standard_self < 2 / 64 < 0.2 < mimetic_self  # standard init: near uniform
+    # sinusoidal positions are what turns "attend to what is like you" into "attend to neighbours"
+    assert max(standard_near, blind_near) < 0.07 < mimetic_near  # uniform: 4 / 64 = 0.0625
+    with pytest.raises(ConfigError, match="attention_init"):
+        load_mlm_model(cfg, 100, seed=0, attention_init="identity")
+
+
 def test_tokens_per_second_counts_only_the_steps_of_this_process():
     from run import tokens_per_second
 
@@ -206,10 +242,11 @@ def test_checkpoint_without_mlm_head_warns(tmp_path, run_job, tokenizer, caplog)
     with caplog.at_level("WARNING", logger="kotune"):
         res = run_job(["action=pretrain", "model=klue", f"model.name_or_path={plain}", "train.max_length=32",
                        f"data.train_file={corpus(tmp_path)}", "train.max_steps=1", "save_model=false",
-                       "pretrain.position_init=sinusoidal"], "head")
+                       "pretrain.position_init=sinusoidal", "pretrain.attention_init=mimetic"], "head")
     assert res["status"] == "ok", res.get("error")
     assert "no masked-LM head" in caplog.text and "starts fresh" in caplog.text
-    assert "position_init=sinusoidal ignored" in caplog.text  # a checkpoint keeps its own positions
+    assert "position_init=sinusoidal ignored" in caplog.text  # a checkpoint keeps its own weights
+    assert "attention_init=mimetic ignored" in caplog.text
 
 
 @pytest.mark.parametrize("case", ["empty", "undecodable", "column", "vocab"])
