@@ -90,6 +90,13 @@ class Task:
     def training_texts(self, examples: list[dict]) -> Iterable[str]:
         raise NotImplementedError
 
+    def holdout_group(self, example: dict) -> str | None:
+        """Examples with the same group stay on one side of ``data.validation_split`` (None: a
+        row of its own). Why: KLUE NLI writes three hypotheses per premise, one of each label; a
+        row-level split shows a model two of them in training and scores it on the third, which a
+        model that remembers premises gets wrong by construction (below chance)."""
+        return None
+
     @property
     def label_fields(self) -> tuple[str, ...]:
         return LABEL_FIELDS[self.head]
@@ -188,7 +195,7 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
                 if "validation" in wants:
                     out["validation"] = from_file(files["validation"])
             elif holdout > 0:
-                out["train"], out["validation"] = _holdout(train, holdout, seed)
+                out["train"], out["validation"] = _holdout(train, holdout, seed, task.holdout_group)
             else:
                 raise ConfigError("only data.train_file is given: add data.validation_file=FILE "
                                   "or data.validation_split=0.2 to hold out a seeded fraction")
@@ -209,16 +216,29 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
     return out
 
 
-def _holdout(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+def _holdout(train: Split, fraction: float, seed: int, group=lambda ex: None) -> tuple[Split, Split]:
+    """A seeded ``fraction`` of whole groups (``Task.holdout_group``; rows without one are groups of
+    one, split exactly as a shuffle of the rows)."""
     if not 0 < fraction < 1:
         raise ConfigError(f"data.validation_split must be between 0 and 1, got {fraction}")
-    order = list(range(len(train.examples)))
+    groups: dict[Any, list[int]] = {}
+    for i, ex in enumerate(train.examples):
+        key = group(ex)
+        groups.setdefault(("row", i) if key is None else ("group", key), []).append(i)
+    order = list(groups.values())
     random.Random(seed).shuffle(order)
-    n_val = max(1, int(round(len(order) * fraction)))
-    val_idx, train_idx = sorted(order[:n_val]), sorted(order[n_val:])
+    target, val_idx = max(1, int(round(len(train.examples) * fraction))), []
+    for members in order:
+        if len(val_idx) >= target:
+            break
+        val_idx += members
+    if len(val_idx) == len(train.examples):
+        raise DataError(train.where, None, f"data.validation_split={fraction}: the rows form {len(order)} "
+                                           "group(s), too few to hold some out and keep some for training")
+    held = set(val_idx)
     src = dict(train.source, validation_split=fraction, split_seed=seed)
-    return (Split([train.examples[i] for i in train_idx], dict(src, part="train")),
-            Split([train.examples[i] for i in val_idx], dict(src, part="held-out")))
+    return (Split([ex for i, ex in enumerate(train.examples) if i not in held], dict(src, part="train")),
+            Split([ex for i, ex in enumerate(train.examples) if i in held], dict(src, part="held-out")))
 
 
 def fingerprint(obj: Any) -> str:

@@ -66,6 +66,10 @@ class ClassificationTask(Task):
             examples.append(ex)
         return examples
 
+    def holdout_group(self, example: dict) -> str | None:
+        """Pairs that share their first text (an NLI premise, an STS sentence) split together."""
+        return example["text"] if "text_pair" in example else None
+
     @staticmethod
     def _text(path: str, where: str, value: Any) -> str:
         if not isinstance(value, str) or not value.strip():

@@ -141,6 +141,10 @@ class QATask(Task):
         if self.allow_null is None:  # task.null_answers: auto → as the training data has them
             self.allow_null = any(ex["impossible"] for ex in train)
 
+    def holdout_group(self, example: dict) -> str | None:
+        """Questions on the same passage split together (the passage is what a reader learns)."""
+        return example["context"]
+
     def training_texts(self, examples: list[dict]) -> Iterable[str]:
         yield from dict.fromkeys(ex["context"] for ex in examples)
         for ex in examples:

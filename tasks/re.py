@@ -154,6 +154,10 @@ class RelationTask(Task):
             log(f"{path}: {bad} of {len(examples)} examples have an entity span that does not match "
                 "its word (kept as given)")
 
+    def holdout_group(self, example: dict) -> str | None:
+        """Relations of the same sentence split together."""
+        return example["sentence"]
+
     def training_texts(self, examples: list[dict]) -> Iterable[str]:
         return (mark(ex["sentence"], ex["subject"], ex["object"])[0] for ex in examples)
 

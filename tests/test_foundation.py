@@ -240,3 +240,23 @@ def test_split_names_its_file_or_hub_split_not_its_source_dict():
     assert Split([], {"file": "/d/train.tsv", "sha256": "ab"}).where == "/d/train.tsv"
     assert Split([], {"hub": "klue/klue", "name": "nli", "split": "validation", "revision": None}).where == \
         "klue/klue/nli:validation"
+
+
+def test_holdout_keeps_an_nli_premise_on_one_side(tmp_path):
+    """KLUE NLI has three hypotheses per premise, one per label: split by premise, not by row."""
+    from omegaconf import OmegaConf
+
+    from tasks import build_task
+    from tasks.base import load_splits
+
+    rows = [{"guid": f"p{p}-{label}", "premise": f"전제 {p}", "hypothesis": f"가설 {p} {label}", "gold_label": label}
+            for p in range(40) for label in ("entailment", "neutral", "contradiction")]
+    path = tmp_path / "nli.json"
+    path.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+    task = build_task(compose(["task=nli"]).task)
+    for seed in (1, 2, 3):
+        split = load_splits(task, OmegaConf.create({"train_file": str(path), "validation_split": 0.2}),
+                            ("train", "validation"), seed=seed)
+        premises = {s: {ex["text"] for ex in split[s].examples} for s in ("train", "validation")}
+        assert not premises["train"] & premises["validation"]
+        assert len(split["validation"].examples) == 24 and len(split["train"].examples) == 96
