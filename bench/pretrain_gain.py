@@ -2,8 +2,9 @@
 ``action=pretrain``, then fine-tune it and its random-init twin (same config, tokenizer, seeds,
 steps; each with its best learning rate from a small grid, picked on the first seed) on
 hate-speech, KLUE NLI and KLUE NER (seeded 80/20 splits of the shared dev files), plus frozen
-NLI probes (last layer, a middle layer, scalar mix) of both, and the downstream curve: every
-pretraining checkpoint fine-tuned on hate speech like the final model.
+NLI probes (last layer, a middle layer, scalar mix) of both, and the downstream curves: the
+pretraining's own initial weights and every checkpoint fine-tuned on NER and hate speech like the
+final model (so that a gain can be told apart from what the init alone gives).
 
     python bench/pretrain_gain.py                      # the default budget (see --help)
     python bench/pretrain_gain.py --pretrain-steps 400 --ft-steps 60 --seeds 1,2,3
@@ -43,7 +44,6 @@ TASKS = {  # name → (overrides, main metric)
             "entity_f1"),
 }
 PROBES = {"last": "last", "middle": "[1]", "scalar_mix": "scalar_mix"}
-CURVE_TASK = "hate"
 
 
 def compose(overrides: list[str]):
@@ -156,19 +156,17 @@ def initial_model(a, pretrain_dir: str, model_dir: str) -> str:
     return path
 
 
-def downstream_curve(a, pretrain_dir: str, model_dir: str, table: dict, seeds: list[int]) -> list[dict]:
-    """CURVE_TASK's score against pretraining steps: the step-0 weights and every checkpoint
+def downstream_curve(a, task: str, pretrain_dir: str, model_dir: str, table: dict, seeds: list[int]) -> list[dict]:
+    """``task``'s score against pretraining steps: the step-0 weights and every checkpoint
     fine-tuned like the final model (its best lr, every seed)."""
-    if (CURVE_TASK, "pretrained") not in table:
-        return []
-    final = table[(CURVE_TASK, "pretrained")]
+    final = table[(task, "pretrained")]
     curve = [{"step": 0, "scores": [finetune(a, initial_model(a, pretrain_dir, model_dir), a.cache_dir, a.out,
-                                             CURVE_TASK, "pretrained", final["lr"], seed, tag="_step0")
+                                             task, "pretrained", final["lr"], seed, tag="_step0")
                                     for seed in seeds]}]
     for step, path in checkpoint_models(pretrain_dir, model_dir).items():
         if step < a.pretrain_steps:
             curve.append({"step": step, "scores": [
-                finetune(a, path, a.cache_dir, a.out, CURVE_TASK, "pretrained", final["lr"], seed, tag=f"_step{step}")
+                finetune(a, path, a.cache_dir, a.out, task, "pretrained", final["lr"], seed, tag=f"_step{step}")
                 for seed in seeds]})
     return curve + [{"step": a.pretrain_steps, "scores": final["scores"]}]
 
@@ -192,7 +190,8 @@ def main() -> None:
     p.add_argument("--attention-init", default="mimetic", choices=("random", "mimetic"))
     p.add_argument("--pretrain-steps", type=int, default=3000)
     p.add_argument("--curve-points", type=int, default=4,
-                   help="pretraining checkpoints fine-tuned on hate speech for the downstream curve")
+                   help="pretraining checkpoints fine-tuned for the downstream curve")
+    p.add_argument("--curve-tasks", default="ner,hate", help="the tasks of the downstream curve")
     p.add_argument("--ft-steps", type=int, default=400)
     p.add_argument("--ft-batch", type=int, default=32)
     p.add_argument("--ft-max-length", type=int, default=128)
@@ -229,7 +228,8 @@ def main() -> None:
             scores = [grid[best]] + [finetune(a, model_dir, a.cache_dir, a.out, task, init, best, s) for s in seeds[1:]]
             table[(task, init)] = {"lr": best, "grid": grid, "scores": scores}
             print(f"{task:5s} {init:10s} lr {best:g} (grid {grid}): {spread(scores)}", flush=True)
-    curve = downstream_curve(a, os.path.dirname(model_dir), model_dir, table, seeds)
+    curves = {t: downstream_curve(a, t, os.path.dirname(model_dir), model_dir, table, seeds)
+              for t in a.curve_tasks.split(",") if (t, "pretrained") in table}
     probes = {}
     for name, layers in PROBES.items():
         for init in ("pretrained", "random"):
@@ -246,19 +246,19 @@ def main() -> None:
         lines.append(f"| nli frozen probe, {name} | {probes[(name, 'pretrained')]:.2f} | {probes[(name, 'random')]:.2f} "
                      f"| {probes[(name, 'pretrained')] - probes[(name, 'random')]:.2f} (seed {seeds[0]}) |")
     print("\n".join(lines))
-    if curve:
-        print(f"{CURVE_TASK} {TASKS[CURVE_TASK][1]} against pretraining steps (0 = its initial weights; "
-              f"random twin {spread(table[(CURVE_TASK, 'random')]['scores'])}): "
+    for t, curve in curves.items():
+        print(f"{t} {TASKS[t][1]} against pretraining steps (0 = its initial weights; "
+              f"random twin {spread(table[(t, 'random')]['scores'])}): "
               + ", ".join(f"{c['step']}: {spread(c['scores'])}" for c in curve))
     summary = {"pretrain": {k: pre[k] for k in ("train_steps", "train_runtime_s", "initial_metrics", "metrics",
                                                  "held_out_curve", "loss_curve", "tokens_per_second")},
                "args": vars(a), "finetune": {f"{t}/{i}": v for (t, i), v in table.items()},
                "probes": {f"{n}/{i}": v for (n, i), v in probes.items()}, "gains": gains,
-               "downstream_curve": curve,
+               "downstream_curves": curves,
                "bench_minutes": (time.time() - started) / 60}
     with open(os.path.join(a.out, "pretrain_gain.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    plot(pre, table, curve, a, os.path.join(a.out, "pretrain_gain.png"))
+    plot(pre, table, curves, a, os.path.join(a.out, "pretrain_gain.png"))
     import report  # the same leaderboard a user gets, over the selected (best-lr) fine-tuning runs
 
     report.main([run_dir_of(a.out, t, i, v["lr"], seed) for (t, i), v in table.items() for seed in seeds]
@@ -267,7 +267,7 @@ def main() -> None:
           + " ".join(f"{t}_gain={g:.2f}" for t, g in gains.items()))
 
 
-def plot(pre: dict, table: dict, downstream: list[dict], a, path: str) -> None:
+def plot(pre: dict, table: dict, curves: dict[str, list[dict]], a, path: str) -> None:
     try:
         import matplotlib
 
@@ -295,15 +295,17 @@ def plot(pre: dict, table: dict, downstream: list[dict], a, path: str) -> None:
     right.set_xticks([i + 0.2 for i in range(len(tasks))], [f"{t} ({TASKS[t][1]})" for t in tasks])
     right.legend()
     right.set_title(f"fine-tuned {a.ft_steps} steps, {len(a.seeds.split(','))} seeds")
-    down.errorbar([c["step"] for c in downstream], [statistics.mean(c["scores"]) for c in downstream],
-                  yerr=[statistics.stdev(c["scores"]) if len(c["scores"]) > 1 else 0 for c in downstream], fmt="o-",
-                  label="pretraining checkpoints")
-    if downstream:
-        down.axhline(statistics.mean(table[(CURVE_TASK, "random")]["scores"]), color="gray", ls="--",
-                     label="random twin (standard init)")
-        down.legend()
+    for k, (t, curve) in enumerate(curves.items()):
+        color = f"C{k}"
+        down.errorbar([c["step"] for c in curve], [statistics.mean(c["scores"]) for c in curve],
+                      yerr=[statistics.stdev(c["scores"]) if len(c["scores"]) > 1 else 0 for c in curve], fmt="o-",
+                      color=color, label=f"{t} {TASKS[t][1]}: pretraining checkpoints")
+        down.axhline(statistics.mean(table[(t, "random")]["scores"]), color=color, ls="--",
+                     label=f"{t}: random twin (standard init)")
+    if curves:
+        down.legend(fontsize=7)
     down.set_xlabel("pretraining step (0 = its initial weights)")
-    down.set_ylabel(f"{CURVE_TASK} dev {TASKS[CURVE_TASK][1]}")
+    down.set_ylabel("dev score")
     down.set_title("downstream score against pretraining")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
