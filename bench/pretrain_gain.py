@@ -74,19 +74,19 @@ def job(overrides: list[str], run_dir: str) -> dict:
 
 def pretrain_overrides(a, cache_dir: str) -> list[str]:
     return ["action=pretrain", "model=tiny", f"data.train_file=[{','.join(CORPUS)}]",
-                 f"model.tokenizer.vocab_size={a.vocab}", f"model.config_overrides.hidden_size={a.hidden}",
-                 f"model.config_overrides.num_hidden_layers={a.layers}",
-                 f"model.config_overrides.num_attention_heads={max(1, a.hidden // 64)}",
-                 f"model.config_overrides.intermediate_size={4 * a.hidden}",
-                 f"model.config_overrides.max_position_embeddings={a.ft_max_length}",
-                 f"model.config_overrides.hidden_dropout_prob={a.dropout}",
-                 f"model.config_overrides.attention_probs_dropout_prob={a.dropout}",
-                 f"pretrain.position_init={a.position_init}", f"pretrain.attention_init={a.attention_init}",
-                 f"train.max_length={a.block}",
-                 f"train.batch_size={a.batch}", f"train.max_steps={a.pretrain_steps}",
-                 f"train.learning_rate={a.lr}", "train.warmup_ratio=0.06", "train.logging_steps=25",
-                 "train.eval_batch_size=128", "pretrain.max_eval_blocks=300",
-                 f"pretrain.eval_every={max(1, a.pretrain_steps // 8)}", f"cache_dir={cache_dir}"]
+            f"model.tokenizer.vocab_size={a.vocab}", f"model.config_overrides.hidden_size={a.hidden}",
+            f"model.config_overrides.num_hidden_layers={a.layers}",
+            f"model.config_overrides.num_attention_heads={max(1, a.hidden // 64)}",
+            f"model.config_overrides.intermediate_size={4 * a.hidden}",
+            f"model.config_overrides.max_position_embeddings={a.ft_max_length}",
+            f"model.config_overrides.hidden_dropout_prob={a.dropout}",
+            f"model.config_overrides.attention_probs_dropout_prob={a.dropout}",
+            f"pretrain.position_init={a.position_init}", f"pretrain.attention_init={a.attention_init}",
+            f"train.max_length={a.block}",
+            f"train.batch_size={a.batch}", f"train.max_steps={a.pretrain_steps}",
+            f"train.learning_rate={a.lr}", "train.warmup_ratio=0.06", "train.logging_steps=25",
+            "train.eval_batch_size=128", "pretrain.max_eval_blocks=300",
+            f"pretrain.eval_every={max(1, a.pretrain_steps // 8)}", f"cache_dir={cache_dir}"]
 
 
 def pretrain(a, cache_dir: str) -> tuple[dict, str]:
