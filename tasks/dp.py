@@ -12,7 +12,7 @@
 * decoding: the head predicts per word the best-scoring head and the label at that head (at
   inference, the label of the *predicted* head); a word without a state gets a fixed guess (the
   next word as its head, the last word the root; Korean is head-final), label ``labels[0]``.
-* scoring: KLUE-baseline's UAS and LAS, macro and micro F1 (tasks/metrics.klue_dp_scores).
+* scoring: KLUE-baseline's UAS and LAS, macro and micro F1 (tasks/metric_sets.klue_dp_scores).
 * ``ceiling``: the gold heads and labels through this alignment and decoding.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Iterable
 
 import numpy as np
 
-from tasks import metrics
+from tasks import metric_sets
 from tasks.base import EncodeSettings, Task
 from tasks.collate import IGNORE
 from tasks.errors import ConfigError, DataError
@@ -203,11 +203,9 @@ class DependencyTask(Task):
         return outputs
 
     def score(self, outputs: list[dict], examples: list[dict]) -> dict[str, float]:
-        label_id = {name: k for k, name in enumerate(self.labels)}
-        return metrics.klue_dp_scores([o["heads"] for o in outputs],
-                                      [[label_id[d] for d in o["deprels"]] for o in outputs],
-                                      [ex["heads"] for ex in examples],
-                                      [[label_id[d] for d in ex["deprels"]] for ex in examples])
+        return metric_sets.klue_dp_scores([o["heads"] for o in outputs], [o["deprels"] for o in outputs],
+                                          [ex["heads"] for ex in examples], [ex["deprels"] for ex in examples],
+                                          self.labels)
 
     def prediction_records(self, outputs: list[dict], examples: list[dict]) -> list[dict]:
         return [{"id": ex["id"], "words": ex["words"], "heads": out["heads"], "deprels": out["deprels"],

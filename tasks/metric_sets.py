@@ -1,6 +1,7 @@
-"""What each task family reports, computed from tasks/metrics.py's pure functions. The training
-path (``Task.score``) and the ``evaluate`` modules (tasks/evaluate_metrics/) both call these, so a
-score is the same number whichever way it is computed."""
+"""What each task family reports — the one place every task's named metrics come from — computed
+from tasks/metrics.py's pure functions. The training path (``Task.score``), ``action=score`` and the
+``evaluate`` modules (tasks/evaluate_metrics/) all call these, so a score is the same number
+whichever way it is computed."""
 from __future__ import annotations
 
 from tasks import metrics
@@ -32,3 +33,57 @@ def klue_ner_scores(predictions: list[list[str]], references: list[list[str]],
     out["char_f1"] = metrics.ner_char_f1(predictions, references, chars=chars)
     out["char_f1_with_o"] = metrics.ner_char_f1(predictions, references, chars=chars, include_o=True)
     return out
+
+
+def tagging_scores(predictions: list[list[str]], references: list[list[str]], labels: list[str],
+                   entities: bool = True) -> dict[str, float]:
+    """Any per-unit tagging (``token_cls``): seqeval strict IOB2 entity F1 when the tags have a
+    scheme (``entities``), tag accuracy and macro F1 over the tags other than O, ×100."""
+    out = metrics.ner_entity_f1(predictions, references) if entities else {}
+    flat_pred = [t for seq in predictions for t in seq]
+    flat_gold = [t for seq in references for t in seq]
+    out["tag_accuracy"] = metrics.accuracy(flat_pred, flat_gold)
+    out["tag_macro_f1"] = metrics.macro_f1(flat_pred, flat_gold, labels=[t for t in labels if t != "O"])
+    return out
+
+
+def korquad_scores(predictions: dict[str, str], references: dict[str, list[str]]) -> dict[str, float]:
+    """KorQuAD 1.0 (its official evaluate-v1.0.py): exact match and character F1 ×100, ``{id: answer}``
+    against ``{id: [gold answers]}``."""
+    return metrics.korquad_scores(predictions, references)
+
+
+def klue_mrc_scores(predictions: dict[str, str], references: dict[str, list[str]],
+                    question_types: dict[str, int] | None = None) -> dict[str, float]:
+    """KLUE MRC: exact match and ROUGE-W ×100 (an empty gold list: unanswerable), per question type
+    when ``question_types`` are given."""
+    return metrics.klue_mrc_scores(predictions, references, question_types)
+
+
+def klue_re_scores(predictions: list[str], references: list[str], labels: list[str],
+                   probabilities: list[list[float]] | None = None,
+                   no_relation: str = "no_relation") -> dict[str, float]:
+    """KLUE RE: micro F1 ×100 over the relations other than ``no_relation``, and AUPRC ×100 from each
+    example's probability of every relation in ``labels`` order (left out without probabilities)."""
+    out = {"micro_f1": metrics.klue_re_micro_f1(predictions, references, labels, no_relation)}
+    if probabilities is not None:
+        label_id = {name: k for k, name in enumerate(labels)}
+        out["auprc"] = metrics.klue_re_auprc(probabilities, [label_id[g] for g in references])
+    return out
+
+
+# KLUE-baseline's DP relation order (get_dep_labels() in klue_baseline/data/klue_dp.py): LAS merges
+# the ids from metrics.DP_OTHERS_FROM on into one class, so the order is part of the metric.
+KLUE_DP_LABELS = ("NP", "NP_AJT", "VP", "NP_SBJ", "VP_MOD", "NP_OBJ", "AP", "NP_CNJ", "NP_MOD", "VNP", "DP",
+                  "VP_AJT", "VNP_MOD", "NP_CMP", "VP_SBJ", "VP_CMP", "VP_OBJ", "VNP_CMP", "AP_MOD", "X_AJT",
+                  "VP_CNJ", "VNP_AJT", "IP", "X", "X_SBJ", "VNP_OBJ", "VNP_SBJ", "X_OBJ", "AP_AJT", "L", "X_MOD",
+                  "X_CNJ", "VNP_CNJ", "X_CMP", "AP_CMP", "AP_SBJ", "R", "NP_SVJ")
+
+
+def klue_dp_scores(pred_heads: list[list[int]], pred_deprels: list[list[str]], gold_heads: list[list[int]],
+                   gold_deprels: list[list[str]], labels: list[str] | tuple = KLUE_DP_LABELS) -> dict[str, float]:
+    """KLUE DP: UAS and LAS, macro and micro F1 ×100, per word; heads are word numbers (0 = root),
+    relations are names, ranked by ``labels`` (KLUE-baseline's order) for the "others" merge."""
+    label_id = {name: k for k, name in enumerate(labels)}
+    return metrics.klue_dp_scores(pred_heads, [[label_id[d] for d in s] for s in pred_deprels],
+                                  gold_heads, [[label_id[d] for d in s] for s in gold_deprels])

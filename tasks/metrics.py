@@ -93,20 +93,6 @@ def _per_class_counts(
 # ---------------------------------------------------------------------------
 
 
-def load_metric(name: str):
-    """The ``evaluate`` module of metric family ``name`` (tasks/evaluate_metrics/: klue_classification,
-    klue_sts, klue_ner, klue_mrc, korquad), loaded from the installed package: no network."""
-    import os
-
-    import evaluate
-
-    from tasks.evaluate_metrics import FAMILIES, module_dir
-
-    if name not in FAMILIES or not os.path.isdir(module_dir(name)):
-        raise ValueError(f"unknown metric '{name}' (choices: {', '.join(sorted(FAMILIES))})")
-    return evaluate.load(module_dir(name))
-
-
 def accuracy(preds: list, golds: list) -> float:
     """Accuracy x100.  Reproduces KLUE-baseline ``klue_nli_acc``
     (``(preds == targets).mean() * 100``)."""

@@ -33,7 +33,7 @@ from tasks.collate import IGNORE
 from tasks.errors import ConfigError, DataError
 from tasks.io import text_lines, open_text
 from tasks.log import log
-from tasks.metric_sets import klue_ner_scores
+from tasks import metric_sets
 
 DECODES = ("subword", "char")
 LABEL_SUBWORDS = ("first", "all")
@@ -570,21 +570,11 @@ class TokenTask(Task):
         """Units that count: whitespace is left out (KLUE-baseline drops the space rows)."""
         return [k for k, u in enumerate(ex["units"]) if not u.isspace()]
 
-    def _entity_scores(self, outputs: list[list[str]], examples: list[dict]) -> dict[str, float]:
-        preds, golds = [], []
-        for out, ex in zip(outputs, examples):
-            keep = self.scored_units(ex)
-            preds.append([out[k] for k in keep])
-            golds.append([ex["tags"][k] for k in keep])
-        return metrics.ner_entity_f1(preds, golds)
-
     def score(self, outputs: list[list[str]], examples: list[dict]) -> dict[str, float]:
-        pred_flat = [t for out, ex in zip(outputs, examples) for k, t in enumerate(out) if not ex["units"][k].isspace()]
-        gold_flat = [ex["tags"][k] for ex in examples for k in self.scored_units(ex)]
-        out = self._entity_scores(outputs, examples) if self.scheme != "none" else {}
-        out["tag_accuracy"] = metrics.accuracy(pred_flat, gold_flat)
-        out["tag_macro_f1"] = metrics.macro_f1(pred_flat, gold_flat, labels=[t for t in self.labels if t != "O"])
-        return out
+        kept = [self.scored_units(ex) for ex in examples]
+        return metric_sets.tagging_scores([[out[k] for k in keep] for out, keep in zip(outputs, kept)],
+                                          [[ex["tags"][k] for k in keep] for ex, keep in zip(examples, kept)],
+                                          self.labels, entities=self.scheme != "none")
 
     def prediction_records(self, outputs: list[list[str]], examples: list[dict]) -> list[dict]:
         """Tags written in the files' own scheme (IOBES, PER-B, ...), as they were read."""
@@ -741,4 +731,4 @@ class NerTask(TokenTask):
         """KLUE's NER metrics on characters, whitespace left out: seqeval strict IOB2 entity F1
         (macro, micro), character macro F1 over the 12 entity tags, and KLUE-baseline's variant
         that also counts O."""
-        return klue_ner_scores(outputs, [ex["tags"] for ex in examples], chars=[ex["units"] for ex in examples])
+        return metric_sets.klue_ner_scores(outputs, [ex["tags"] for ex in examples], chars=[ex["units"] for ex in examples])

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from tasks import metrics
+from tasks import metric_sets
 from tasks.base import MODEL_INPUTS, EncodeSettings, Task
 from tasks.errors import ConfigError, DataError, KotuneError
 from tasks.log import warn
@@ -328,9 +328,9 @@ class QATask(Task):
             if impossible:
                 raise KotuneError(f"the KorQuAD 1.0 metric has no null answers, but {len(impossible)} question(s) "
                                   f"are unanswerable (e.g. {impossible[0]}): set task.metric=klue_mrc")
-            return metrics.korquad_scores(predictions, golds)
+            return metric_sets.korquad_scores(predictions, golds)
         types = {ex["id"]: ex["question_type"] for ex in examples}
-        return metrics.klue_mrc_scores(predictions, golds, types if None not in types.values() else None)
+        return metric_sets.klue_mrc_scores(predictions, golds, types if None not in types.values() else None)
 
     def prediction_records(self, outputs: list[dict], examples: list[dict]) -> list[dict]:
         return [dict({"id": ex["id"], "prediction": out["answer"]},

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from tasks import metrics
+from tasks import metric_sets
 from tasks.base import EncodeSettings, Task
 from tasks.errors import ConfigError, DataError
 from tasks.io import field, read_records
@@ -221,11 +221,8 @@ class RelationTask(Task):
         return [{"label": self.labels[int(row.argmax())], "probs": row.tolist()} for row in probs]
 
     def score(self, outputs: list[dict], examples: list[dict]) -> dict[str, float]:
-        golds = [ex["label"] for ex in examples]
-        label_id = {name: k for k, name in enumerate(self.labels)}
-        return {"micro_f1": metrics.klue_re_micro_f1([o["label"] for o in outputs], golds, self.labels,
-                                                     self.no_relation),
-                "auprc": metrics.klue_re_auprc([o["probs"] for o in outputs], [label_id[g] for g in golds])}
+        return metric_sets.klue_re_scores([o["label"] for o in outputs], [ex["label"] for ex in examples],
+                                          self.labels, [o["probs"] for o in outputs], self.no_relation)
 
     def prediction_records(self, outputs: list[dict], examples: list[dict]) -> list[dict]:
         return [{"id": ex["id"], "prediction": out["label"],

@@ -1,13 +1,13 @@
 """kotune's metrics as ``evaluate`` modules, one per metric family, shipped inside the package:
-``tasks.metrics.load_metric("klue_ner")`` is ``evaluate.load(<this directory>/klue_ner)``, which
-needs no network (``HF_HUB_OFFLINE=1`` works). Each module is a thin ``evaluate.Metric`` whose
-``_compute`` calls the same pure functions as the training path (tasks/metric_sets.py,
-tasks/metrics.py); its description, citation and inputs live in ``FAMILIES`` below.
+``load_metric("klue_ner")`` (below) is ``evaluate.load(<this directory>/klue_ner)``, which needs no
+network (``HF_HUB_OFFLINE=1`` works). Each module is a thin ``evaluate.Metric`` whose ``_compute``
+calls the same functions as the training path (tasks/metric_sets.py); its description, citation
+and inputs live in ``FAMILIES`` below.
 
-Adding a family (e.g. KLUE RE or DP, once tasks/metrics.py has its function):
+Adding a family:
 
-1. write ``<name>_scores(predictions, references, **options) -> dict`` (tasks/metric_sets.py, or
-   use a tasks/metrics.py function directly) and let the task's ``score`` call it;
+1. write ``<name>_scores(predictions, references, **options) -> dict`` in tasks/metric_sets.py
+   (from tasks/metrics.py's pure functions) and let the task's ``score`` call it;
 2. add ``FAMILIES["<name>"] = Family(compute, features, description, citation, inputs)`` here;
 3. create ``<name>/<name>.py`` here holding only::
 
@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from tasks import metrics
+from tasks import metric_sets
 from tasks.metric_sets import classification_scores, klue_ner_scores, sts_scores
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -62,6 +62,9 @@ def _features(kind: str):
     if kind == "tags":
         tags = datasets.Sequence(datasets.Value("string"))
         return datasets.Features({"predictions": tags, "references": tags})
+    if kind == "parse":
+        tree = {"heads": datasets.Sequence(datasets.Value("int32")), "deprels": datasets.Sequence(datasets.Value("string"))}
+        return datasets.Features({"predictions": tree, "references": tree})
     return datasets.Features({  # qa: SQuAD's shape, answers as plain strings
         "predictions": {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")},
         "references": {"id": datasets.Value("string"), "answers": datasets.Sequence(datasets.Value("string"))}})
@@ -73,14 +76,30 @@ def _qa_dicts(predictions: list[dict], references: list[dict]) -> tuple[dict, di
 
 
 def korquad_compute(predictions: list[dict], references: list[dict]) -> dict:
-    return metrics.korquad_scores(*_qa_dicts(predictions, references))
+    return metric_sets.korquad_scores(*_qa_dicts(predictions, references))
 
 
 def klue_mrc_compute(predictions: list[dict], references: list[dict],
                      question_types: list[int] | None = None) -> dict:
     preds, golds = _qa_dicts(predictions, references)
     types = None if question_types is None else {r["id"]: int(t) for r, t in zip(references, question_types)}
-    return metrics.klue_mrc_scores(preds, golds, types)
+    return metric_sets.klue_mrc_scores(preds, golds, types)
+
+
+def klue_re_compute(predictions: list[str], references: list[str], probabilities: list[list[float]] | None = None,
+                    labels: list[str] | None = None, no_relation: str = "no_relation") -> dict:
+    if labels is None:
+        if probabilities is not None:
+            raise ValueError("klue_re: probabilities need labels= (the relation of each probability column)")
+        labels = sorted(set(predictions) | set(references))
+    return metric_sets.klue_re_scores(predictions, references, list(labels), probabilities, no_relation)
+
+
+def klue_dp_compute(predictions: list[dict], references: list[dict],
+                    labels: list[str] | None = None) -> dict:
+    return metric_sets.klue_dp_scores([p["heads"] for p in predictions], [p["deprels"] for p in predictions],
+                                      [r["heads"] for r in references], [r["deprels"] for r in references],
+                                      labels or metric_sets.KLUE_DP_LABELS)
 
 
 QA_INPUTS = """predictions: list of {"id": str, "prediction_text": str};
@@ -112,6 +131,22 @@ FAMILIES: dict[str, Family] = {
         KLUE_CITATION,
         QA_INPUTS + "\nquestion_types (optional): KLUE's question_type per reference (1, 2, 3): adds "
                     "per-type scores."),
+    "klue_re": Family(
+        klue_re_compute, lambda: _features("label"),
+        "KLUE RE: micro F1 over the relations other than no_relation and, given every example's "
+        "probability of each relation, AUPRC (mean one-vs-rest area under the precision-recall curve), "
+        "x100, as KLUE-baseline.",
+        KLUE_CITATION,
+        "predictions, references: relation names (str). probabilities (optional): per example, the "
+        "probability of every relation in labels order (adds auprc). labels: the relation set (needed "
+        "with probabilities). no_relation (optional): the class left out of micro F1."),
+    "klue_dp": Family(
+        klue_dp_compute, lambda: _features("parse"),
+        "KLUE DP: UAS and LAS, macro and micro F1 over words x100, as KLUE-baseline (relations from "
+        "VP_CMP on in its label order merged into one class for LAS).",
+        KLUE_CITATION,
+        'predictions, references: per sentence {"heads": list[int] (0 = root, k = the k-th word), '
+        '"deprels": list[str]}. labels (optional): the relation order (default KLUE-baseline\'s).'),
     "korquad": Family(
         korquad_compute, lambda: _features("qa"),
         "KorQuAD 1.0: exact match and character-level F1 x100, as its official evaluate-v1.0.py.",
@@ -121,6 +156,16 @@ FAMILIES: dict[str, Family] = {
 
 def module_dir(name: str) -> str:
     return os.path.join(HERE, name)
+
+
+def load_metric(name: str):
+    """The ``evaluate`` module of metric family ``name`` (``FAMILIES``), loaded from the installed
+    package: no network."""
+    import evaluate
+
+    if name not in FAMILIES or not os.path.isdir(module_dir(name)):
+        raise ValueError(f"unknown metric '{name}' (choices: {', '.join(sorted(FAMILIES))})")
+    return evaluate.load(module_dir(name))
 
 
 class KotuneMetric:
