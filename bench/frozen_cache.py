@@ -2,7 +2,7 @@
 
 Same data (../shared KLUE NLI dev, a seeded split into train/eval subsets), the same random-init
 encoder of base size (config and vocabulary of ../shared/vocab/kcbert-base), the same head and
-seed; both runs go through run.py's own ``build`` → ``make_trainer`` → ``predict``. Prints the
+seed; both runs go through kotune's own ``build`` → ``make_trainer`` → ``predict``. Prints the
 epoch times of both paths, the one-time encoding cost, the metrics of both, and ends with
 
     RESULT frozen_cache_speedup=<x> metric_delta=<d>
@@ -43,16 +43,19 @@ def overrides(args, cache: bool, cache_dir: str) -> list[str]:
 
 
 def run_path(args, cache: bool, cache_dir: str, run_dir: str) -> dict:
-    """One frozen training run through run.py's pieces, timing each epoch with a callback."""
+    """One frozen training run through kotune's pieces, timing each epoch with a callback."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from transformers import TrainerCallback
 
-    import run
+    from kotune.build import build
+    from kotune.cli import open_dict_overrides
+    from kotune.predict import predict
+    from kotune.trainer import make_trainer
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=run.open_dict_overrides(overrides(args, cache, cache_dir)))
+        cfg = compose(config_name="config", overrides=open_dict_overrides(overrides(args, cache, cache_dir)))
     epochs: list[float] = []
 
     class EpochTimer(TrainerCallback):
@@ -63,13 +66,13 @@ def run_path(args, cache: bool, cache_dir: str, run_dir: str) -> dict:
             epochs.append(time.perf_counter() - self.started)
 
     started = time.perf_counter()
-    b = run.build(cfg, ("train", "validation"))
+    b = build(cfg, ("train", "validation"))
     build_s = time.perf_counter() - started
-    trainer = run.make_trainer(cfg, b, run_dir)
+    trainer = make_trainer(cfg, b, run_dir)
     trainer.add_callback(EpochTimer())
     trainer.train()
     started = time.perf_counter()
-    outputs, _ = run.predict(trainer, b, "validation")
+    outputs, _ = predict(trainer, b, "validation")
     eval_s = time.perf_counter() - started
     metrics = b.task.score(outputs, b.splits["validation"].examples)
     return {"epochs": epochs, "build_s": build_s, "eval_s": eval_s, "metrics": metrics, "outputs": outputs,
@@ -99,7 +102,7 @@ def main() -> None:
 
     import torch
 
-    from run import quiet_libraries
+    from kotune.runtime import quiet_libraries
 
     quiet_libraries()
     if args.threads:

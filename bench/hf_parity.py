@@ -4,9 +4,9 @@ One pretrained checkpoint — a saved 2-layer ``BertForMaskedLM`` on KcBERT's re
 random weights (``--checkpoint DIR`` takes any saved BERT instead) — fine-tuned on the shared data
 for the sequence (hate speech), pair (KLUE NLI), token (KLUE NER) and span (KorQuAD) heads by
 
-- kotune: ``run.execute`` (``model.init=pretrained`` from the checkpoint);
+- kotune: ``kotune.job.execute`` (``model.init=pretrained`` from the checkpoint);
 - HF: stock ``AutoModelFor{SequenceClassification,TokenClassification,QuestionAnswering}`` +
-  ``transformers.Trainer`` with the same TrainingArguments (run.training_arguments), the same
+  ``transformers.Trainer`` with the same TrainingArguments (kotune.trainer.training_arguments), the same
   encoded features, the same decoding and metric (kotune's task), the same seeds.
 
 (a) before training, with kotune's head weights copied into the HF model: max |logit difference|;
@@ -63,11 +63,11 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import run
+    from kotune.cli import open_dict_overrides
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=run.open_dict_overrides(overrides))
+        return hydra_compose(config_name="config", overrides=open_dict_overrides(overrides))
 
 
 def overrides_for(head: str, checkpoint: Path, steps: int, seed: int, cache: Path) -> list[str]:
@@ -85,20 +85,20 @@ def hf_model(head: str, checkpoint: Path, task, seed: int):
 
 
 def logit_parity(head: str, checkpoint: Path, cache: Path) -> float:
-    """(a): kotune's model as run.py builds it, its head copied into the stock HF model."""
+    """(a): kotune's model as kotune builds it, its head copied into the stock HF model."""
     import torch
 
-    import run
+    from kotune.build import build, make_collator
     from heads.export import head_key_map
 
     cfg = compose(overrides_for(head, checkpoint, 1, 0, cache))
-    b = run.build(cfg, ("train", "validation"))
+    b = build(cfg, ("train", "validation"))
     model = b.model.eval()
     hf = hf_model(head, checkpoint, b.task, 0).eval()
     mapping = head_key_map(model)
     hf.load_state_dict({mapping[k]: v for k, v in model.head.state_dict().items()}, strict=False)
     rows = b.inputs["validation"].select(range(min(32, len(b.inputs["validation"]))))
-    batch = run.make_collator(b.tokenizer, cfg)([rows[i] for i in range(len(rows))])
+    batch = make_collator(b.tokenizer, cfg)([rows[i] for i in range(len(rows))])
     inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
     real = inputs["attention_mask"].bool()
     with torch.no_grad():
@@ -111,10 +111,10 @@ def logit_parity(head: str, checkpoint: Path, cache: Path) -> float:
 
 
 def kotune_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, work: Path) -> float:
-    import run
+    from kotune.job import execute
 
     cfg = compose(overrides_for(head, checkpoint, steps, seed, cache))
-    res = run.execute(cfg, str(work / f"kotune-{head}-{seed}"))
+    res = execute(cfg, str(work / f"kotune-{head}-{seed}"))
     if res["status"] != "ok":
         raise SystemExit(f"kotune {head} seed {seed}: {res.get('error')}")
     return float(res["metrics"][cfg.task.main_metric])
@@ -124,7 +124,8 @@ def hf_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, wo
     """The stock recipe on the same features; kotune's task decodes and scores its logits."""
     from transformers import AutoTokenizer, Trainer
 
-    import run
+    from kotune.build import make_collator, requested_max_length
+    from kotune.trainer import training_arguments
     from tasks import build_task
     from tasks.base import EncodeSettings, encode_cached, load_splits
 
@@ -133,13 +134,13 @@ def hf_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, wo
     splits = load_splits(task, cfg.data, ("train", "validation"), seed)
     task.fit_labels(splits["train"].examples)
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
-    settings = EncodeSettings(max_length=run.requested_max_length(cfg), token_type_ids=True)
+    settings = EncodeSettings(max_length=requested_max_length(cfg), token_type_ids=True)
     features = {s: encode_cached(task, d.examples, tokenizer, settings, str(cache)) for s, d in splits.items()}
     inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
     model = hf_model(head, checkpoint, task, seed)
-    args = run.training_arguments(cfg, str(work / f"hf-{head}-{seed}"), list(task.label_fields), do_eval=False)
+    args = training_arguments(cfg, str(work / f"hf-{head}-{seed}"), list(task.label_fields), do_eval=False)
     trainer = Trainer(model=model, args=args, train_dataset=inputs["train"],
-                      data_collator=run.make_collator(tokenizer, cfg))
+                      data_collator=make_collator(tokenizer, cfg))
     trainer.train()
     predictions = trainer.predict(inputs["validation"]).predictions
     examples = splits["validation"].examples
@@ -156,9 +157,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if not SHARED.exists():
         raise SystemExit(f"{SHARED} not found: this benchmark reads the shared data")
-    import run
+    from kotune.runtime import quiet_libraries
 
-    run.quiet_libraries()
+    quiet_libraries()
     work = Path(tempfile.mkdtemp(prefix="kotune-parity-"))
     checkpoint = args.checkpoint or work / "mlm"
     if args.checkpoint is None:

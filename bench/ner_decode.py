@@ -40,9 +40,9 @@ def compose(overrides: list[str]):
 
 
 def job(overrides: list[str], run_dir: Path) -> dict:
-    import run
+    from kotune.job import execute
 
-    res = run.execute(compose(overrides), str(run_dir))
+    res = execute(compose(overrides), str(run_dir))
     if res["status"] != "ok":
         raise SystemExit(f"{run_dir}: {res.get('error')}")
     return res

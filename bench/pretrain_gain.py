@@ -14,7 +14,7 @@ pretrained − random in points, mean over seeds), a table, a PNG (MLM curves, s
 curve) and the leaderboard of ``report.py`` over the selected runs (``OUT/report``). The
 pretrained checkpoint is cached under ``cache_dir/pretrain_gain/<recipe hash>`` (never in the
 project): the same recipe again reuses it, an interrupted one resumes. Every job is an in-process
-``run.execute``: exactly what the CLI runs.
+``kotune.job.execute``: exactly what the CLI runs.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from run import open_dict_overrides
+    from kotune.cli import open_dict_overrides
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
@@ -58,15 +58,16 @@ def compose(overrides: list[str]):
 
 
 def job(overrides: list[str], run_dir: str) -> dict:
-    """One ``run.execute`` (skipped when run_dir already holds an ok result of the same config)."""
-    import run
+    """One ``kotune.job.execute`` (skipped when run_dir already holds an ok result of the same config)."""
+    from kotune.job import execute, finished_results
+    from kotune.runtime import quiet_libraries
 
     cfg = compose(overrides)
-    done = run.finished_results(os.path.join(run_dir, "results.json"), cfg)
+    done = finished_results(os.path.join(run_dir, "results.json"), cfg)
     if done is not None:
         return done
-    run.quiet_libraries()
-    res = run.execute(cfg, run_dir)
+    quiet_libraries()
+    res = execute(cfg, run_dir)
     if res["status"] != "ok":
         raise SystemExit(f"job failed ({' '.join(overrides)}): {res.get('error')}")
     return res

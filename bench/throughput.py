@@ -7,8 +7,8 @@ Both pipelines train and evaluate the *same* encoder (BERT-base shape from
 ../shared/vocab/kcbert-base/config.json with 512 positions, random init, same seed), on the same
 KLUE dev files from ../shared (NLI at max_length 128, NER at 510), through ``transformers.Trainer``:
 
-* kotune: run.py's own build (tokenize once, cached), collator (dynamic padding), length-grouped
-  training batches, length-sorted prediction with the order restored (``run.predict``).
+* kotune: kotune's own build (tokenize once, cached), collator (dynamic padding), length-grouped
+  training batches, length-sorted prediction with the order restored (``kotune.predict.predict``).
 * recipe (KLUE-baseline / KoELECTRA fine-tuning code): every row padded to max_length, random
   batches, plain ``Trainer`` and ``default_data_collator``.
 
@@ -64,7 +64,10 @@ from omegaconf import OmegaConf  # noqa: E402
 from transformers import Trainer, TrainerCallback, default_data_collator  # noqa: E402
 from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 
-import run  # noqa: E402
+from kotune.build import Built, build  # noqa: E402
+from kotune.predict import predict  # noqa: E402
+from kotune.runtime import pad_multiple, quiet_libraries  # noqa: E402
+from kotune.trainer import make_trainer, training_arguments  # noqa: E402
 from bench.common import PeakMemory, matmul_peak, median, sync, timed  # noqa: E402
 from tasks.base import Split  # noqa: E402
 from tasks.collate import length_order  # noqa: E402
@@ -96,7 +99,7 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from run import open_dict_overrides
+    from kotune.cli import open_dict_overrides
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -117,13 +120,13 @@ class Bench:
                             f"train.batch_size={spec['batch']}", f"train.eval_batch_size={spec['eval_batch']}",
                             f"train.precision={args.precision}", "train.warmup_ratio=0", "train.logging_steps=1000",
                             "save_model=false", f"cache_dir={workdir}/cache", *extra])
-        self.built = run.build(self.cfg, ("train", "validation"))
+        self.built = build(self.cfg, ("train", "validation"))
         self.model = self.built.model
         self.init_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.features = self.built.features["validation"]
         self.examples = self.built.splits["validation"].examples
         self.lengths = np.array([len(ids) for ids in self.features["input_ids"]])
-        self.multiple = run.pad_multiple(self.cfg.train)
+        self.multiple = pad_multiple(self.cfg.train)
         self.padded = pad_to_max(self.built.inputs["validation"], self.built.tokenizer.pad_token_id,
                                  spec["max_length"])
         enc = self.model.encoder
@@ -149,7 +152,7 @@ class Bench:
         """A Built over just these rows (kotune's pipeline on a slice of the split)."""
         feats = self.features.select(rows)
         exs = [self.examples[i] for i in rows]
-        b = run.Built(self.built.task, {split: Split(exs, {})}, self.built.tokenizer, self.model,
+        b = Built(self.built.task, {split: Split(exs, {})}, self.built.tokenizer, self.model,
                       {split: feats}, self.built.max_length)
         if split == "train":  # make_trainer wants a validation split to exist
             b.features["validation"], b.splits["validation"] = feats, Split(exs, {})
@@ -183,7 +186,7 @@ def epoch_batches(bench: Bench, seed: int) -> list[list[int]]:
 
 
 def sorted_batches(bench: Bench) -> list[list[int]]:
-    """Evaluation batches as ``run.predict`` forms them: the split sorted by length."""
+    """Evaluation batches as ``predict`` forms them: the split sorted by length."""
     order = length_order(bench.features).tolist()
     size = bench.spec["eval_batch"]
     return [order[i:i + size] for i in range(0, len(order), size)]
@@ -220,8 +223,8 @@ class TrainTimer(TrainerCallback):
 
 
 class CapturedPredictions:
-    """``with CapturedPredictions(task) as seen: run.predict(...)``: ``seen.raw`` holds what
-    ``run.predict`` handed to ``task.decode`` (predictions back in the rows' order)."""
+    """``with CapturedPredictions(task) as seen: predict(...)``: ``seen.raw`` holds what
+    ``predict`` handed to ``task.decode`` (predictions back in the rows' order)."""
 
     def __init__(self, task):
         self.task, self.raw = task, None
@@ -244,7 +247,7 @@ def recipe_trainer(bench: Bench, train_rows, steps: int, workdir: str, seed: int
                    sampling: str = "random"):
     """The fixed-padding recipe: plain Trainer, random batches, rows padded to max_length. Same
     TrainingArguments as kotune's otherwise (learning rate, precision, seed, workers)."""
-    args = run.training_arguments(bench.cfg, workdir, list(bench.built.task.label_fields), do_eval=False)
+    args = training_arguments(bench.cfg, workdir, list(bench.built.task.label_fields), do_eval=False)
     args = dataclasses.replace(args, train_sampling_strategy=sampling, max_steps=steps,
                                per_device_train_batch_size=batch, seed=seed, disable_tqdm=True)
     data = bench.padded.select(train_rows) if train_rows is not None else None
@@ -252,10 +255,10 @@ def recipe_trainer(bench: Bench, train_rows, steps: int, workdir: str, seed: int
 
 
 def kotune_trainer(bench: Bench, b, steps: int, workdir: str, seed: int, batch: int, replay: bool):
-    """run.py's trainer on ``b``; ``replay``: feed its training rows in the given order (batches
+    """kotune's trainer on ``b``; ``replay``: feed its training rows in the given order (batches
     already drawn from kotune's length-grouped epoch) instead of drawing them again."""
     cfg = with_overrides(bench.cfg, [f"train.max_steps={steps}", f"train.seed={seed}", f"train.batch_size={batch}"])
-    trainer = run.make_trainer(cfg, b, workdir)
+    trainer = make_trainer(cfg, b, workdir)
     trainer.args.disable_tqdm = True
     if replay:
         trainer.args.train_sampling_strategy = "sequential"
@@ -297,7 +300,7 @@ def run_eval(bench: Bench, pipeline: str, batches: list[list[int]], workdir: str
         b = bench.subset(rows, "validation")
         trainer = kotune_trainer(bench, b, 1, workdir, 0, bench.spec["batch"], replay=False)
         with CapturedPredictions(task) as seen, PeakMemory() as mem, timed() as t:
-            outputs, _ = run.predict(trainer, b, "validation")
+            outputs, _ = predict(trainer, b, "validation")
         raw = seen.raw
         shapes = [(len(x), bench.padded_len(x)) for x in batches]
     else:
@@ -390,7 +393,7 @@ def quality(name: str, args, workdir: str) -> dict:
                                replay=False).train()
                 b = bench.subset(eval_rows, "validation")
                 with CapturedPredictions(task) as seen:
-                    outputs, _ = run.predict(kotune_trainer(bench, b, 1, workdir, seed, q["batch"], replay=False),
+                    outputs, _ = predict(kotune_trainer(bench, b, 1, workdir, seed, q["batch"], replay=False),
                                              b, "validation")
                 raw = seen.raw
             else:
@@ -474,7 +477,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.quality_seeds = [int(s) for s in args.quality_seeds.split(",")]
     if not SHARED.exists():
         sys.exit(f"error: ../shared absent ({SHARED}): the benchmark reads KLUE dev files from it")
-    run.quiet_libraries()
+    quiet_libraries()
     os.environ.setdefault("KOTUNE_PROGRESS", "0")
     started = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="kotune-bench-")

@@ -81,7 +81,7 @@ class ResumableOptunaSweeper(OptunaSweeper):
             study.tell(trial.number, state=TrialState.FAIL)
             log.info(f"trial {trial.number} was interrupted: marked failed, it will be replaced")
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-        # a failed job reports run.worst_score (±1e9): it stays in the study (the sampler learns
+        # a failed job reports kotune.cli.worst_score (±1e9): it stays in the study (the sampler learns
         # to avoid it) but does not count as done, so a resume replaces it like a matrix reruns it
         done = sum(t.value is None or abs(t.value) < 1e9 for t in finished)
         sampler_cfg = cfg.hydra.sweeper.sampler

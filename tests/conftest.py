@@ -30,7 +30,7 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from run import open_dict_overrides
+    from kotune.cli import open_dict_overrides
 
     overrides = open_dict_overrides(overrides)
     GlobalHydra.instance().clear()
@@ -47,12 +47,13 @@ def cache_dir(tmp_path_factory) -> str:
 @pytest.fixture
 def run_job(tmp_path, cache_dir):
     """Run one job in-process: returns the results dict (also written to run_dir/results.json)."""
-    import run
+    from kotune.job import execute
+    from kotune.runtime import quiet_libraries
 
     def _run(overrides: list[str], name: str = "job") -> dict:
         cfg = compose(overrides + [f"cache_dir={cache_dir}"])
-        run.quiet_libraries()
-        results = run.execute(cfg, str(tmp_path / name))
+        quiet_libraries()
+        results = execute(cfg, str(tmp_path / name))
         assert json.loads((tmp_path / name / "results.json").read_text())["status"] == results["status"]
         return results
 

@@ -63,7 +63,7 @@ def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
 
 
 def test_train_eval_and_predict_write_one_schema(run_job, tmp_path):
-    from run import REPORT_KEYS
+    from kotune.predict import REPORT_KEYS
 
     trained = run_job(["task=nli", "model=tiny", "data=sample", "train.max_steps=3"], "train")
     evaluated = run_job(["task=nli", "model=tiny", "data=sample", "action=eval",
@@ -94,16 +94,17 @@ def test_checkpoint_options_error_or_saved(run_job, tmp_path):
 def test_an_unexpected_error_leaves_its_traceback_in_the_run_dir(tmp_path, monkeypatch):
     import json
 
-    import run
+    from kotune.actions import ACTIONS
+    from kotune.job import execute
 
     def boom(cfg, run_dir):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setitem(run.ACTIONS, "train", boom)
-    res = run.execute(compose(["task=nli", "model=tiny", "data=sample"]), str(tmp_path / "job"))
+    monkeypatch.setitem(ACTIONS, "train", boom)
+    res = execute(compose(["task=nli", "model=tiny", "data=sample"]), str(tmp_path / "job"))
     assert res["status"] == "failed" and "kaboom" in res["error"] and "traceback.txt" in res["error"]
     assert "RuntimeError: kaboom" in (tmp_path / "job" / "traceback.txt").read_text()
     assert json.loads((tmp_path / "job" / "results.json").read_text())["traceback"].endswith("traceback.txt")
     with pytest.raises(RuntimeError):
-        run.execute(compose(["task=nli", "model=tiny", "data=sample", "keep_going_on_bugs=false"]),
+        execute(compose(["task=nli", "model=tiny", "data=sample", "keep_going_on_bugs=false"]),
                     str(tmp_path / "job2"))

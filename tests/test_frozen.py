@@ -18,11 +18,12 @@ TINY = ["model=tiny", "data=sample", "save_predictions=false"]
 
 def job(overrides: list[str], run_dir: Path, cache_dir: Path) -> dict:
     """One in-process run with its own cache directory (the cache's hits and misses are the point)."""
-    import run
+    from kotune.job import execute
+    from kotune.runtime import quiet_libraries
 
     cfg = compose(overrides + [f"cache_dir={cache_dir}"])
-    run.quiet_libraries()
-    return run.execute(cfg, str(run_dir))
+    quiet_libraries()
+    return execute(cfg, str(run_dir))
 
 
 def tiny_encoder(layers: int = 2):

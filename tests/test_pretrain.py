@@ -184,7 +184,7 @@ def test_mimetic_attention_starts_local_with_sinusoidal_positions():
 
 
 def test_tokens_per_second_counts_only_the_steps_of_this_process():
-    from run import tokens_per_second
+    from kotune.actions.pretrain import tokens_per_second
 
     # 1,000 tokens an epoch, 2 epochs in 100 steps, 10 s: 200 tokens/s; resumed at step 75: 50 tokens/s
     assert tokens_per_second(1000, {"epoch": 2.0, "train_runtime": 10.0}, 100, None) == pytest.approx(200)

@@ -87,12 +87,13 @@ def test_select_best_keeps_the_best_evaluation(run_job):
 
 
 def test_the_scalar_mix_has_its_own_learning_rate(cache_dir, tmp_path):
-    import run
+    from kotune.build import build
+    from kotune.trainer import make_trainer
 
     cfg = compose(["task=nli", "model=tiny", "data=sample", "mode.layers=scalar_mix",
                    "train.mix_learning_rate=0.05", f"cache_dir={cache_dir}"])
-    b = run.build(cfg, ("train", "validation"))
-    trainer = run.make_trainer(cfg, b, str(tmp_path))
+    b = build(cfg, ("train", "validation"))
+    trainer = make_trainer(cfg, b, str(tmp_path))
     optimizer = trainer.create_optimizer()
     mix = {id(p) for p in b.model.mixer.parameters()}
     groups = [g for g in optimizer.param_groups if any(id(p) in mix for p in g["params"])]

@@ -26,12 +26,14 @@ SAME_STEPS = ["task=nli", "model=tiny", "data=sample", "data.max_train_samples=6
 def test_sorted_prediction_returns_rows_in_input_order(task, tmp_path, cache_dir):
     import torch
 
-    import run
+    from kotune.build import build
+    from kotune.predict import predict
+    from kotune.trainer import make_trainer
     from tasks.collate import length_order
 
     cfg = compose([f"task={task}", "model=tiny", "data=sample", "train.eval_batch_size=4",
                    f"cache_dir={cache_dir}"])
-    b = run.build(cfg, ("validation",))
+    b = build(cfg, ("validation",))
     features = b.features["validation"]
     assert not np.array_equal(length_order(features), np.arange(len(features))), \
         "the sample split is already sorted by length: this test would not see a wrong order"
@@ -43,7 +45,7 @@ def test_sorted_prediction_returns_rows_in_input_order(task, tmp_path, cache_dir
         return decode(predictions, feats, examples)
 
     b.task.decode = capture
-    outputs, _ = run.predict(run.make_trainer(cfg, b, str(tmp_path)), b, "validation")
+    outputs, _ = predict(make_trainer(cfg, b, str(tmp_path)), b, "validation")
     assert len(outputs) == len(b.splits["validation"].examples)
 
     b.model.eval()

@@ -24,20 +24,20 @@ def multirun(monkeypatch, args: list[str]) -> None:
     """``python run.py -m ARGS`` in this process (run.main, as the CLI calls it)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    import run
+    from kotune.cli import main
 
     # imported (not run as a script), Hydra would look for conf/ as a Python package
     monkeypatch.setattr(sys, "argv", ["run.py", "-m", f"--config-path={ROOT / 'conf'}", *args])
     GlobalHydra.instance().clear()
     try:
-        run.main()
+        main()
     finally:
         GlobalHydra.instance().clear()
 
 
 def stub_train(monkeypatch, score, fail=lambda cfg: None) -> list[dict]:
     """Replace action=train: ``score(cfg)`` is the main metric; ``fail(cfg)`` may raise."""
-    import run
+    from kotune.actions import ACTIONS
 
     calls: list[dict] = []
 
@@ -46,7 +46,7 @@ def stub_train(monkeypatch, score, fail=lambda cfg: None) -> list[dict]:
         fail(cfg)
         return {"metrics": {cfg.task.main_metric: float(score(cfg))}}
 
-    monkeypatch.setitem(run.ACTIONS, "train", train)
+    monkeypatch.setitem(ACTIONS, "train", train)
     return calls
 
 
@@ -56,7 +56,7 @@ def results_under(folder: Path) -> dict[str, dict]:
 
 # ---- matrices ------------------------------------------------------------------------------
 def test_sweep_dir_is_named_after_the_command():
-    from run import sweep_id
+    from kotune.cli import sweep_id
 
     args = ["task=nli,sts", "model=tiny", "train.seed=1,2"]
     assert sweep_id(args) == sweep_id(args + ["hydra.sweep.subdir=x", "hydra/launcher=slurm", "-m"])
@@ -68,12 +68,12 @@ def test_sweep_dir_is_named_after_the_command():
 def test_matrix_isolates_failures_and_resumes(monkeypatch, tmp_path):
     """2 tasks × 2 modes × 2 seeds: 8 directories; a job raising a plain exception (not a
     KotuneError) fails alone; the same command again reruns only that job."""
-    import run
+    from kotune.cli import sweep_id
 
     monkeypatch.chdir(tmp_path)
     args = ["task=nli,sts", "model=tiny", "mode=finetune,frozen", "train.seed=1,2", "data=sample",
             f"cache_dir={tmp_path / 'cache'}"]
-    monkeypatch.setenv("KOTUNE_SWEEP_ID", run.sweep_id(args))  # what `python run.py` sets
+    monkeypatch.setenv("KOTUNE_SWEEP_ID", sweep_id(args))  # what `python run.py` sets
 
     def boom(cfg):
         if (cfg.task.name, cfg.mode.name, cfg.train.seed) == ("sts", "frozen", 2):
@@ -81,7 +81,7 @@ def test_matrix_isolates_failures_and_resumes(monkeypatch, tmp_path):
 
     calls = stub_train(monkeypatch, lambda cfg: 10 * cfg.train.seed, boom)
     multirun(monkeypatch, args)
-    sweep = tmp_path / "multirun" / run.sweep_id(args)
+    sweep = tmp_path / "multirun" / sweep_id(args)
     first = results_under(sweep)
     assert len(first) == 8 == len(calls)
     assert {k.split("/seed")[0] for k in first} == {f"{t}/tiny/{m}" for t in ("nli", "sts") for m in ("finetune", "frozen")}
@@ -101,7 +101,7 @@ def test_matrix_isolates_failures_and_resumes(monkeypatch, tmp_path):
 
 def test_resume_trusts_only_complete_ok_results_of_the_same_config(tmp_path):
     from conftest import compose
-    from run import config_hash, finished_results
+    from kotune.job import config_hash, finished_results
 
     cfg = compose(["task=nli", "model=tiny"])
     path = tmp_path / "results.json"

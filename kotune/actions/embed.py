@@ -1,0 +1,58 @@
+"""``action=embed``: contextual embeddings of ``embed.input`` with ``mode.layers`` and
+``mode.pooling``, from a checkpoint (its trained scalar mix when the layer choice matches) or the
+configured encoder; ``embed.target`` adds that word's vectors in context, layer by layer
+(tasks/embed.py for the text side, heads/embed.py for the vectors)."""
+from __future__ import annotations
+
+import time
+
+from omegaconf import DictConfig
+
+from kotune.build import load_encoder_side, resolve_max_length
+from kotune.runtime import seed_everything
+from tasks import embed
+from tasks.errors import ConfigError
+from tasks.log import log
+
+
+def run(cfg: DictConfig, run_dir: str) -> dict:
+    from heads.embed import pooled_vectors, token_vectors_by_layer
+    from heads.layers import LayerMixer, check_pooling, parse_layers
+
+    if not cfg.embed.get("input"):
+        raise ConfigError("action=embed needs embed.input=FILE (one text per line, or CSV/JSONL with embed.column)")
+    rows = embed.read_texts(str(cfg.embed.input), str(cfg.embed.column), cfg.embed.get("format"),
+                            quoting=cfg.data.get("quoting", "auto"))
+    texts = [text for _, text in rows]
+    seed_everything(int(cfg.train.seed))
+    loaded = load_encoder_side(cfg, None, texts)
+    tokenizer, encoder, model = loaded.tokenizer, loaded.encoder, loaded.model
+    source = cfg.checkpoint if model is not None else (cfg.model.name_or_path or cfg.model.name)
+    max_length = loaded.max_length if model is not None else resolve_max_length(int(cfg.train.max_length), loaded.config)
+    spec = parse_layers(cfg.mode.get("layers", "last"), int(encoder.config.num_hidden_layers))
+    mixer = model.mixer if model is not None and model.mixer.spec == spec else LayerMixer(spec)
+    head_pooling = model.head_kwargs.get("pooling") if model is not None else None
+    pooling = check_pooling(cfg.mode.get("pooling")) or head_pooling or "cls"
+    features, offsets, truncated = embed.encode_texts(texts, tokenizer, max_length, loaded.token_type_ids)
+    if any(truncated):
+        log(f"embed: {sum(truncated)} text(s) cut at {max_length} tokens (train.max_length)")
+    log(f"embedding {len(texts)} texts: {mixer.describe_mix()}, {pooling} pooling")
+    started = time.time()
+    vectors = pooled_vectors(encoder, mixer, features, pooling, batch_size=int(cfg.train.eval_batch_size))
+    lengths = [len(ids) for ids in features["input_ids"]]
+    res = {"n_texts": len(texts), "dim": int(vectors.shape[1]), "encoder": str(source), **mixer.report(),
+           "pooling": pooling, "max_length": max_length, "n_truncated": sum(truncated),
+           "embed_s": round(time.time() - started, 3), "metrics": {},
+           **embed.write_embeddings(run_dir, vectors, rows, str(cfg.embed.input), lengths, truncated)}
+    log(f"wrote {vectors.shape[0]} × {vectors.shape[1]} embeddings to {res['embeddings_file']}")
+    if cfg.embed.get("target"):
+        target = str(cfg.embed.target)
+        found = embed.find_target(target, texts, offsets)
+        per_layer = token_vectors_by_layer(encoder, features, [(o.row, o.tokens) for o in found],
+                                           batch_size=int(cfg.train.eval_batch_size))
+        table = embed.cosine_by_layer(per_layer)
+        for line in embed.cosine_lines(target, table):
+            log(line)
+        tokens = {o.row: tokenizer.convert_ids_to_tokens(features[o.row]["input_ids"]) for o in found}
+        res["target"] = embed.write_target(run_dir, target, per_layer, found, texts, tokens, table)
+    return res

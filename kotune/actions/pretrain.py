@@ -1,0 +1,79 @@
+"""``action=pretrain``: masked-LM pretraining (random init, a tokenizer trained on the text) or
+continued pretraining of a checkpoint with its own MLM head: packed blocks (tasks/pretrain.py), the
+library's MLM collator, Trainer; held-out masked-token accuracy and perplexity with one fixed
+masking before and after training; ``model/`` is a standard Hugging Face directory."""
+from __future__ import annotations
+
+import copy
+import os
+
+from omegaconf import DictConfig
+
+from kotune.build import resolve_max_length, warn_unknown_hangul
+from kotune.resume import resume_identity, train_resumable
+from kotune.runtime import local_rank_zero_first
+from kotune.trainer import KotuneTrainer, tensorboard_dir, training_arguments
+from tasks import pretrain
+from tasks.log import log
+
+
+def tokens_per_second(epoch_tokens: int, train_metrics: dict, steps: int, resumed_from: int | None) -> float:
+    """Real tokens trained in *this* process per second (after a resume, Trainer's runtime covers
+    only the steps since ``resumed_from``, its epoch count all of them)."""
+    here = (steps - (resumed_from or 0)) / steps if steps else 0.0
+    runtime = train_metrics.get("train_runtime") or float("nan")
+    return epoch_tokens * float(train_metrics.get("epoch") or 0) * here / runtime
+
+
+def run(cfg: DictConfig, run_dir: str) -> dict:
+    from heads.encoder import load_tokenizer
+    from heads.mlm import held_out_curve, load_mlm_model, mlm_metrics
+
+    p, seed = cfg.pretrain, int(cfg.train.seed)
+    cfg = copy.deepcopy(cfg)
+    cfg.train.group_by_length = False  # every packed block has the same length
+    with local_rank_zero_first():
+        text = pretrain.load_text(cfg.data, seed)
+        log(f"pretrain: {len(text['train'].lines)} training lines, {len(text['validation'].lines)} held out")
+        tokenizer = load_tokenizer(cfg.model, texts=text["train"].lines, cache_dir=cfg.cache_dir)
+        pretrain.check_vocabulary(tokenizer, cfg.model, text["train"].source)
+        warn_unknown_hangul(tokenizer, text["train"].lines)
+        model = load_mlm_model(cfg.model, len(tokenizer), seed, p.get("position_init") or "random",
+                               p.get("attention_init") or "random")
+        max_length = resolve_max_length(int(cfg.train.max_length), model.config)
+        blocks = {s: pretrain.pack_blocks(tokenizer, *pretrain.tokenize_lines(tokenizer, t.lines), max_length)
+                  for s, t in text.items()}
+    whole = bool(p.whole_word)
+    eval_rows = pretrain.model_rows(blocks["validation"], whole)[: p.get("max_eval_blocks") or None]
+    held_out = pretrain.masked_batches(eval_rows, pretrain.mlm_collator(tokenizer, p, seed=int(p.eval_seed)),
+                                       int(cfg.train.eval_batch_size))
+    initial = mlm_metrics(model, held_out)
+    log(f"before: masked-token accuracy {initial['mlm_accuracy']:.2f} %, perplexity {initial['perplexity']:.1f}")
+    curve = [{"step": 0, **initial}]
+    trainer = KotuneTrainer(model=model, args=training_arguments(cfg, run_dir, ["labels"], do_eval=False),
+                            train_dataset=pretrain.model_rows(blocks["train"], whole),
+                            data_collator=pretrain.mlm_collator(tokenizer, p),
+                            callbacks=[held_out_curve(held_out, int(p.get("eval_every") or 0), curve)],
+                            resume_config=resume_identity(cfg), tensorboard_dir=tensorboard_dir(cfg, run_dir))
+    log(f"pretraining: {len(blocks['train'])} blocks of {max_length} tokens, "
+        f"{sum(x.numel() for x in model.parameters()):,} parameters")
+    train_metrics, loss, resumed_from = train_resumable(trainer, cfg, run_dir)
+    metrics = mlm_metrics(trainer.model, held_out)
+    log(f"after: masked-token accuracy {metrics['mlm_accuracy']:.2f} %, perplexity {metrics['perplexity']:.1f}")
+    runtime = train_metrics.get("train_runtime") or float("nan")
+    real_tokens = sum(sum(r["attention_mask"]) for r in blocks["train"])
+    res = {"task": "pretrain", "main_metric": "mlm_accuracy", "max_length": max_length,
+           "vocab_size": len(tokenizer), "n_train_lines": len(text["train"].lines),
+           "n_eval_lines": len(text["validation"].lines), "n_train_blocks": len(blocks["train"]),
+           "n_eval_blocks": len(eval_rows), "padding_efficiency": pretrain.padding_efficiency(blocks["train"]),
+           "train_loss": loss, "train_steps": trainer.state.global_step, "train_runtime_s": runtime,
+           "tokens_per_second": tokens_per_second(real_tokens, train_metrics, trainer.state.global_step, resumed_from),
+           "initial_metrics": initial, "metrics": metrics, "resumed_from": resumed_from, "held_out_curve": curve,
+           "loss_curve": [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h],
+           "data": {s: t.source for s, t in text.items()}}
+    if trainer.is_world_process_zero() and cfg.save_model:
+        out = os.path.join(run_dir, "model")
+        trainer.model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        res["model_dir"] = os.path.abspath(out)
+    return res

@@ -1,0 +1,41 @@
+"""``action=train``: fine-tune the task's head (and the encoder, unless ``mode=frozen``) on the
+train split, predict the validation split with the final (or, with ``train.select_best``, the
+best) weights, write the model."""
+from __future__ import annotations
+
+import os
+
+from omegaconf import DictConfig
+
+from kotune.build import build
+from kotune.predict import predict, run_report
+from kotune.resume import train_resumable
+from kotune.runtime import local_rank_zero_first
+from kotune.trainer import make_trainer
+from tasks.log import log
+
+
+def run(cfg: DictConfig, run_dir: str) -> dict:
+    with local_rank_zero_first():
+        b = build(cfg, ("train", "validation"))
+    trainer = make_trainer(cfg, b, run_dir)
+    log(f"training: {len(b.splits['train'].examples)} examples, "
+        f"{b.model.param_counts()['trainable_params']:,} trainable parameters")
+    train_metrics, train_loss, resumed_from = train_resumable(trainer, cfg, run_dir)
+    best = {}
+    if cfg.train.get("select_best"):
+        last = [h for h in trainer.state.log_history if f"eval_{b.task.main_metric}" in h]
+        best = {"best_step": trainer.state.best_global_step,
+                "metrics_last": {k[5:]: v for k, v in last[-1].items()
+                                 if k.startswith("eval_") and isinstance(v, (int, float))
+                                 and k[5:] not in ("loss", "runtime", "samples_per_second", "steps_per_second")}
+                if last else None}
+    log("evaluating")
+    outputs, speed = predict(trainer, b, "validation")
+    res = run_report(cfg, run_dir, b, "validation", outputs, speed, train_loss=train_loss,
+                     train_samples_per_second=train_metrics.get("train_samples_per_second"),
+                     head_train_s=train_metrics.get("train_runtime"),
+                     resumed_from=resumed_from, **best)
+    if trainer.is_world_process_zero() and cfg.save_model:
+        b.model.save(os.path.join(run_dir, "model"), b.tokenizer)
+    return res

@@ -1,0 +1,195 @@
+"""One loader for every action: the task (with a checkpoint's saved options), its splits, the
+tokenizer and encoder (fresh from ``cfg.model`` or everything from ``checkpoint=``), the model,
+the encoded features and, in frozen mode, the feature cache."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from omegaconf import DictConfig, OmegaConf
+
+from kotune.runtime import pad_multiple, seed_everything
+from tasks import build_task
+from tasks.base import EncodeSettings, Split, Task, encode_cached, load_splits
+from tasks.errors import ConfigError, KotuneError
+from tasks.log import log
+
+UNK_WARN_RATE = 0.05
+
+
+def requested_max_length(cfg: DictConfig) -> int:
+    """``task.max_length`` where the task sets one (QA windows: 384), else ``train.max_length``."""
+    return int(cfg.task.get("max_length") or cfg.train.max_length)
+
+
+def resolve_max_length(requested: int, encoder_config) -> int:
+    from heads.encoder import position_limit
+
+    limit = position_limit(encoder_config)
+    if requested > limit:
+        log(f"max_length={requested} exceeds the model's {limit} positions: using {limit}")
+        return limit
+    return requested
+
+
+def warn_unknown_hangul(tokenizer, texts) -> float:
+    from heads.encoder import unk_rate
+
+    rate = unk_rate(tokenizer, texts)
+    if rate > UNK_WARN_RATE:
+        log(f"WARNING: the tokenizer maps {rate:.0%} of Hangul syllables to [UNK]. A cased Korean "
+            "vocabulary loaded with lowercasing/accent stripping decomposes Hangul into jamo: set "
+            "model.tokenizer_kwargs.do_lower_case=false")
+    return rate
+
+
+def make_collator(tokenizer, cfg: DictConfig):
+    from tasks.collate import DynamicPaddingCollator
+
+    return DynamicPaddingCollator(tokenizer.pad_token_id, pad_multiple(cfg.train))
+
+
+def checkpoint_model_dir(path: str) -> str:
+    for candidate in (path, os.path.join(path, "model")):
+        if os.path.exists(os.path.join(candidate, "kotune.json")):
+            return candidate
+    raise KotuneError(f"checkpoint={path}: no saved model there (expected {path}/model/kotune.json)")
+
+
+@dataclass
+class Encoder:
+    """What an action needs to encode text for a model: the tokenizer, the encoder's config and
+    length, and either a trained model (``checkpoint=``) or a fresh encoder (or neither: weights
+    not needed, as for the ceiling)."""
+
+    tokenizer: Any
+    config: Any
+    max_length: int
+    token_type_ids: bool
+    model: Any = None      # KotuneModel from a checkpoint
+    encoder: Any = None    # a fresh encoder (pretrained or random) from cfg.model
+
+
+def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] | None,
+                      weights: bool = True) -> Encoder:
+    """Tokenizer + encoder from ``checkpoint=`` (everything as saved) or from ``cfg.model``."""
+    from heads.encoder import build_config, load_encoder, load_tokenizer, position_limit, uses_token_type_ids
+
+    if cfg.get("checkpoint"):
+        from transformers import AutoTokenizer
+
+        from heads.model import KotuneModel
+
+        model_dir = checkpoint_model_dir(cfg.checkpoint)
+        model = KotuneModel.load(model_dir)
+        requested = min(requested_max_length(cfg), position_limit(model.encoder.config))
+        if task is not None and model.meta.get("max_length") and requested != model.meta["max_length"]:
+            log(f"warning: checkpoint {cfg.checkpoint} was trained with max_length={model.meta['max_length']}; "
+                f"using it (requested {requested})")
+        return Encoder(AutoTokenizer.from_pretrained(model_dir), model.encoder.config,
+                       int(model.meta.get("max_length", requested_max_length(cfg))),
+                       bool(model.meta.get("token_type_ids", uses_token_type_ids(model.encoder.config))),
+                       model=model, encoder=model.encoder)
+    log("loading tokenizer")
+    texts = list(texts) if texts is not None else None
+    tokenizer = load_tokenizer(cfg.model, texts=texts, cache_dir=cfg.cache_dir)
+    if texts:
+        warn_unknown_hangul(tokenizer, texts)
+    encoder = None
+    if weights:
+        log(f"building encoder ({cfg.model.init}: {cfg.model.name_or_path or cfg.model.name})")
+        # a sequence head starts from a pretrained BERT's pooler (heads/native.py): keep it for them
+        encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed),
+                               head_kind=task.head if task is not None else None)
+    config = encoder.config if encoder is not None else build_config(cfg.model, len(tokenizer))
+    return Encoder(tokenizer, config, resolve_max_length(requested_max_length(cfg), config),
+                   uses_token_type_ids(config), encoder=encoder)
+
+
+def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
+    """The requested task, with the options the checkpoint's model depends on taken from what was
+    saved (``Task.saved_options``): a different head is an error, an encoding difference a warning
+    (the saved value is used). Another task that fits (an NLI model on a text_pair file) is fine."""
+    saved_head = meta.get("head")
+    if saved_head and saved_head != task.head:  # e.g. QA's task.decode=char needs the span_char head
+        raise ConfigError(f"checkpoint {checkpoint} has a '{saved_head}' head; task {task.name} with these "
+                          f"options needs '{task.head}' (use the task options it was trained with)")
+    saved = meta.get("task_options") or {}
+    changes = {}
+    for option, policy in task.saved_options.items():
+        if option not in saved or saved[option] == task.cfg.get(option):
+            continue
+        if policy == "error":
+            raise ConfigError(f"task.{option}={task.cfg.get(option)}: checkpoint {checkpoint} was trained with "
+                              f"task.{option}={saved[option]}, which gives a different model")
+        log(f"warning: checkpoint {checkpoint} was trained with task.{option}={saved[option]}; using it "
+            f"(requested {task.cfg.get(option)})")
+        changes[option] = saved[option]
+    if changes:
+        cfg = OmegaConf.to_container(task.cfg, resolve=True)
+        task = type(task)(OmegaConf.create({**cfg, **changes}))
+    task.labels = meta.get("labels", task.labels)
+    return task
+
+
+class Built:
+    """Everything one run needs: task, splits, tokenizer, model, features."""
+
+    def __init__(self, task: Task, splits: dict[str, Split], tokenizer, model, features: dict, max_length: int):
+        self.task, self.splits, self.tokenizer, self.model = task, splits, tokenizer, model
+        self.features, self.max_length = features, max_length
+        # what Trainer reads per split: the model columns, or with them cached frozen states
+        self.inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
+        self.cache_report: dict = {}
+
+
+def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
+    """Task, splits, encoder side (fresh or ``checkpoint=``), the model and encoded features."""
+    from heads.model import KotuneModel
+
+    seed_everything(int(cfg.train.seed))
+    task = build_task(cfg.task)
+    if cfg.get("checkpoint"):
+        loaded = load_encoder_side(cfg, task, None)
+        task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_kind}, cfg.checkpoint)
+        splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
+        model = loaded.model
+    else:
+        splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
+        if "train" in splits:
+            task.fit_labels(splits["train"].examples)
+            if "validation" in splits:
+                task.check_labels(splits["validation"].examples, splits["validation"].where)
+        first = splits.get("train") or next(iter(splits.values()))
+        loaded = load_encoder_side(cfg, task, task.training_texts(first.examples))
+        head_kwargs = dict(task.head_kwargs(), dropout=cfg.train.get("head_dropout"))  # None: the architecture's
+        meta = {"task": task.name, "labels": task.labels, "max_length": loaded.max_length,
+                "token_type_ids": loaded.token_type_ids, "model": cfg.model.name,
+                "task_options": {k: task.cfg.get(k) for k in task.saved_options}}
+        model = KotuneModel(loaded.encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
+                            layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"))
+    settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
+    features = {}
+    for split, data in splits.items():
+        log(f"encoding {split}: {len(data.examples)} examples")
+        features[split] = encode_cached(task, data.examples, loaded.tokenizer, settings, cfg.cache_dir)
+    built = Built(task, splits, loaded.tokenizer, model, features, loaded.max_length)
+    if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint")):
+        use_frozen_cache(cfg, built)
+    return built
+
+
+def use_frozen_cache(cfg: DictConfig, b: Built) -> None:
+    """``mode.cache``: encode each split once with the frozen encoder; Trainer then reads the
+    stored states (heads/feature_cache.py)."""
+    from heads.feature_cache import CacheSettings, cached_inputs
+    from tasks.base import tokenizer_fingerprint
+
+    if not cfg.get("cache_dir"):
+        raise ConfigError("mode.cache=true needs cache_dir=DIR (where frozen features are stored)")
+    settings = CacheSettings(str(cfg.cache_dir), str(cfg.mode.get("cache_dtype", "float16")),
+                             float(cfg.mode.get("cache_max_gb", 20)), int(cfg.train.eval_batch_size))
+    identity = {"model": b.model.meta.get("model"), "tokenizer": tokenizer_fingerprint(b.tokenizer),
+                "max_length": b.max_length}
+    b.inputs, b.cache_report = cached_inputs(b.model, b.inputs, identity, settings, name=b.task.name)

@@ -1,0 +1,121 @@
+"""The command line (``python run.py …``): argv checks and rewrites before Hydra starts, the Hydra
+entry point, and the one place that prints for the user (the summary, or the error line)."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from kotune.config import CONF_DIR, GROUPS
+from kotune.job import execute, finished_results
+from kotune.runtime import quiet_libraries, release_memory
+from tasks.base import fingerprint
+from tasks.log import log
+
+OPEN_DICTS = ("model.config_overrides.", "model.tokenizer_kwargs.")
+
+
+def summary(results: dict) -> str:
+    rows = [("task", results["task"]), ("model", results["model"]), ("mode", results["mode"]),
+            ("action", results["action"]), ("status", results["status"])]
+    for k, v in (results.get("metrics") or {}).items():
+        mark = " *" if k == results.get("main_metric") else ""
+        rows.append((k + mark, f"{v:.2f}" if isinstance(v, float) else str(v)))
+    for k in ("n_train", "n_eval", "trainable_params", "train_samples_per_second", "runtime_s"):
+        if results.get(k) is not None:
+            v = results[k]
+            rows.append((k, f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def worst_score(cfg: DictConfig) -> float:
+    return -1e9 if cfg.task.get("greater_is_better", True) else 1e9
+
+
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    quiet_libraries()
+    path = os.path.join(hc.runtime.output_dir, "results.json")
+    results = finished_results(path, cfg) if hc.mode == RunMode.MULTIRUN else None
+    if results is not None:
+        log(f"resume: {path} is complete for this config (hash {results['config_hash']}): skipped")
+    else:
+        results = execute(cfg, hc.runtime.output_dir)
+        if hc.mode == RunMode.MULTIRUN:
+            release_memory()
+    if results["status"] == "ok":
+        print(f"\n{summary(results)}\n  results: {path}", flush=True)
+        score = results.get("main_score")
+        return float(score) if score is not None and math.isfinite(score) else worst_score(cfg)
+    print(f"error: {results['error']}", file=sys.stderr, flush=True)
+    if hc.mode == RunMode.MULTIRUN:  # let the sweep go on; a sweeper gets a finite worst score
+        return worst_score(cfg)
+    sys.exit(1)
+
+
+# ---- argv, before Hydra ----------------------------------------------------------------------
+def check_choices(argv: list[str]) -> None:
+    """Unknown task/model/mode on the command line: one line listing the choices."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        if not sep or key not in GROUPS:
+            continue
+        choices = sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, key)) if f.endswith(".yaml"))
+        for v in value.split(","):
+            if v and v not in choices and not v.startswith(("choice(", "range(", "glob(")):
+                print(f"error: unknown {key} '{v}' (choices: {', '.join(choices)})", file=sys.stderr)
+                sys.exit(2)
+
+
+def sweep_id(argv: list[str]) -> str:
+    """Default multirun directory name: a hash of the command's overrides (not hydra.* options or
+    flags), so the same command run again finds its earlier jobs and resumes (conf/config.yaml)."""
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")
+                 and not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    return "sweep-" + fingerprint(overrides)[:10]
+
+
+def open_dict_overrides(argv: list[str]) -> list[str]:
+    """``model.config_overrides.X=V`` works without Hydra's ``+``/``++``: these dicts are open by
+    design (any field of the architecture's config), so the override is made add-or-replace."""
+    return [f"++{a}" if a.startswith(OPEN_DICTS) else a for a in argv]
+
+
+def quote_non_ascii(argv: list[str]) -> list[str]:
+    """Hydra's override grammar rejects unquoted non-ASCII values (``embed.target=은행``, a path
+    with Hangul): quote plain ones; lists, sweeps and already quoted values stay as typed."""
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and not key.startswith("-") and not value.isascii() and not any(c in value for c in "'\"[]{}(),"):
+            arg = f"{key}='{value}'"
+        out.append(arg)
+    return out
+
+
+def shared_run_dir(argv: list[str]) -> list[str]:
+    """Under torchrun every process composes its own config: the default run directory's
+    timestamp could differ between them (rank 0's results and model in one directory, another
+    rank's checkpoint files in another). Without an explicit ``hydra.run.dir`` the processes of
+    one launch share ``<date>_torchrun-<launcher pid>`` instead."""
+    explicit = any(a.lstrip("+").startswith("hydra.run.dir=") for a in argv)
+    if int(os.environ.get("WORLD_SIZE", 1)) <= 1 or explicit:
+        return argv
+    return argv + ["hydra.run.dir=outputs/${task.name}/${model.name}/${mode.name}/"
+                   f"${{now:%Y-%m-%d}}_torchrun-{os.getppid()}"]
+
+
+def run() -> None:
+    """``python run.py ARGS``: check and rewrite argv, then Hydra's main."""
+    check_choices(sys.argv[1:])
+    os.environ.setdefault("KOTUNE_SWEEP_ID", sweep_id(sys.argv[1:]))
+    sys.argv[1:] = shared_run_dir(quote_non_ascii(open_dict_overrides(sys.argv[1:])))
+    main()

@@ -1,0 +1,32 @@
+"""What conf/ needs resolved in Python: the learning-rate defaults (``${kotune_lr:…}``,
+``${kotune_mix_lr:…}``), registered when ``kotune`` is imported, and where the config lives."""
+from __future__ import annotations
+
+import os
+
+from omegaconf import OmegaConf
+
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+GROUPS = ("task", "model", "mode", "train", "data")  # the config groups a user picks on the command line
+
+
+def default_learning_rate(frozen: bool, init: str, recipe: float) -> float:
+    """``train.learning_rate``'s default (conf/train/default.yaml): a head's rate when only a head
+    trains (``mode=frozen``), a rate at which a randomly initialised encoder leaves the majority
+    class (``model.init=random``; 5e-5 does not: measured on hate speech, 34 % vs 57.5 % at 5e-4),
+    else the task's recipe."""
+    if frozen:
+        return 1.0e-3
+    if init == "random":
+        return 5.0e-4
+    return float(recipe)
+
+
+def default_mix_learning_rate(learning_rate: float) -> float:
+    """The scalar mix's default rate: never slower than the rest, at least 1e-3 (at fine-tuning's
+    5e-5 its weights barely leave uniform: 0.086 vs 0.077 after 2,344 NLI steps; 0.42 at 1e-3)."""
+    return max(float(learning_rate), 1.0e-3)
+
+
+OmegaConf.register_new_resolver("kotune_lr", default_learning_rate, replace=True)
+OmegaConf.register_new_resolver("kotune_mix_lr", default_mix_learning_rate, replace=True)

@@ -1,0 +1,86 @@
+"""One job: run ``cfg.action`` and always leave ``results.json`` behind (atomic; ok or failed, with
+the resolved config, versions and the config hash), and recognise a job that already finished."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+import traceback
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from kotune.actions import ACTIONS
+from kotune.runtime import is_rank_zero, world_size
+from tasks.base import fingerprint
+from tasks.errors import ConfigError, KotuneError
+from tasks.io import write_json_atomic
+
+
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "transformers", "datasets", "tokenizers", "hydra-core", "kotune"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Identity of a job: the resolved config minus what does not change its result."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    return fingerprint(plain)[:16]
+
+
+def execute(cfg: DictConfig, run_dir: str) -> dict:
+    """Run ``cfg.action`` and write ``run_dir/results.json``; returns the results dict."""
+    started = time.time()
+    os.makedirs(run_dir, exist_ok=True)
+    results: dict[str, Any] = {
+        "task": cfg.task.name, "model": cfg.model.name, "mode": cfg.mode.name, "action": cfg.action,
+        "seed": int(cfg.train.seed), "status": "running", "main_metric": cfg.task.main_metric,
+        "config_hash": config_hash(cfg), "run_dir": os.path.abspath(run_dir), "world_size": world_size(),
+    }
+    try:
+        if cfg.action not in ACTIONS:
+            raise ConfigError(f"unknown action '{cfg.action}' (choices: {', '.join(ACTIONS)})")
+        results.update(ACTIONS[cfg.action](cfg, run_dir))
+        results["status"] = "ok"
+    except KotuneError as e:
+        results.update(status="failed", error=str(e), error_type=type(e).__name__)
+    except Exception as e:  # noqa: BLE001 - a failed job still leaves a results file behind
+        if not cfg.get("keep_going_on_bugs", True):
+            raise
+        trace = os.path.join(run_dir, "traceback.txt")
+        with open(trace, "w", encoding="utf-8") as f:
+            f.write(traceback.format_exc())
+        first = str(e).splitlines()[0] if str(e) else ""
+        results.update(status="failed", traceback=trace, error_type=type(e).__name__,
+                       error=f"{type(e).__name__}: {first} (a bug, not your input? traceback in {trace}; "
+                             "keep_going_on_bugs=false raises it)")
+    results["runtime_s"] = round(time.time() - started, 3)
+    metrics = results.get("metrics") or {}
+    results["main_score"] = metrics.get(results["main_metric"])
+    results["config"] = OmegaConf.to_container(cfg, resolve=True)
+    results["versions"] = versions()
+    if is_rank_zero():
+        write_json_atomic(os.path.join(run_dir, "results.json"), results)
+    return results
+
+
+def finished_results(path: str, cfg: DictConfig) -> dict | None:
+    """An earlier ok results.json of this very config (resume of a multirun), else None: failed,
+    partial or corrupt files and other configs mean the job runs (again)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            done = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if isinstance(done, dict) and done.get("status") == "ok" and done.get("config_hash") == config_hash(cfg):
+        return done
+    return None

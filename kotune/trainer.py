@@ -1,0 +1,221 @@
+"""``transformers.Trainer`` as kotune uses it: ``cfg.train`` → ``TrainingArguments``, the Trainer
+subclass (evaluation order, scalar-mix learning rate, checkpoints that resume exactly) and the
+trainer of a built run."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import safetensors.torch
+from omegaconf import DictConfig
+from torch.utils.data import SequentialSampler
+from transformers import PreTrainedModel, Trainer, TrainingArguments
+
+from kotune.build import Built, make_collator
+from kotune.resume import COMPLETE, resume_identity
+from kotune.runtime import cpu_only, dataloader_workers, world_size
+from tasks.errors import ConfigError, KotuneError
+from tasks.io import write_json_atomic
+
+
+def loggers(cfg: DictConfig) -> list[str]:
+    """``train.report_to``: the Trainer integrations to log to (``none``: none)."""
+    value = cfg.train.get("report_to") or "none"
+    names = [str(value)] if isinstance(value, str) else [str(v) for v in value]
+    return [n for n in names if n != "none"]
+
+
+def tensorboard_dir(cfg: DictConfig, run_dir: str) -> str | None:
+    """Where TensorBoard events go when ``train.report_to`` names it: ``<run dir>/tensorboard`` (the
+    library's default, ./runs of the working directory, would mix every run's curves)."""
+    if "tensorboard" not in loggers(cfg):
+        return None
+    import importlib.util
+
+    if not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
+        raise ConfigError('train.report_to=tensorboard needs the tensorboard package: pip install -e ".[tensorboard]"')
+    return os.path.join(run_dir, "tensorboard")
+
+
+def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do_eval: bool,
+                       steps_per_epoch: int | None = None, main_metric: str | None = None,
+                       greater_is_better: bool = True) -> TrainingArguments:
+    """``cfg.train`` → ``TrainingArguments``. ``train.select_best`` (needs ``do_eval``) evaluates
+    ``train.evals_per_epoch`` times per epoch and keeps the checkpoint with the best
+    ``main_metric``; checkpoints otherwise follow ``train.save_strategy``."""
+    import torch
+
+    t = cfg.train
+    precision = str(t.precision)
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise ConfigError(f"train.precision must be fp32, bf16 or fp16, got '{precision}'")
+    cuda = torch.cuda.is_available()
+    if precision == "fp16" and not cuda:
+        raise ConfigError("train.precision=fp16 needs a CUDA GPU (autocast with a loss scaler); "
+                          "on CPU use bf16 or fp32")
+    workers = dataloader_workers(t)
+    eval_strategy = str(t.eval_strategy) if do_eval else "no"
+    save_strategy, save_steps, eval_steps, best = str(t.save_strategy), int(t.get("save_steps", 500)), None, {}
+    if t.get("select_best"):
+        if not do_eval:
+            raise ConfigError("train.select_best=true needs a validation split to select on")
+        evals = max(1, int(t.get("evals_per_epoch", 4)))
+        eval_steps = max(1, (steps_per_epoch or 1) // evals)
+        eval_strategy = save_strategy = "steps"
+        save_steps = eval_steps
+        best = {"load_best_model_at_end": True, "metric_for_best_model": main_metric,
+                "greater_is_better": greater_is_better}
+    return TrainingArguments(
+        output_dir=os.path.join(run_dir, "checkpoints"),
+        learning_rate=float(t.learning_rate),
+        num_train_epochs=float(t.epochs),
+        max_steps=int(t.max_steps),
+        per_device_train_batch_size=int(t.batch_size),
+        per_device_eval_batch_size=int(t.eval_batch_size),
+        gradient_accumulation_steps=int(t.grad_accum),
+        warmup_steps=float(t.warmup_ratio),  # < 1: a fraction of the total steps
+        weight_decay=float(t.weight_decay),
+        seed=int(t.seed),
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        torch_compile=bool(t.get("compile", False)),
+        eval_strategy=eval_strategy,
+        eval_steps=eval_steps,
+        save_strategy=save_strategy,
+        save_steps=save_steps,
+        save_total_limit=t.get("save_total_limit"),
+        **best,
+        logging_steps=int(t.logging_steps),
+        report_to=[n for n in loggers(cfg) if n != "tensorboard"] or "none",  # tensorboard: KotuneTrainer
+        remove_unused_columns=False,  # features carry only model inputs; ids stay outside
+        label_names=list(label_names),
+        train_sampling_strategy="group_by_length" if t.group_by_length else "random",
+        use_cpu=cpu_only(),
+        dataloader_num_workers=workers,
+        dataloader_persistent_workers=workers > 0,  # not re-forked for every evaluation
+        dataloader_pin_memory=cuda,
+        ddp_find_unused_parameters=bool(cfg.mode.frozen) or None,
+        disable_tqdm=not sys.stderr.isatty() and os.environ.get("KOTUNE_PROGRESS", "1") == "0",
+    )
+
+
+def _summary_writer(log_dir: str):
+    """A SummaryWriter for ``log_dir`` (torch's, else tensorboardX's), as TensorBoardCallback takes it."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        from tensorboardX import SummaryWriter
+    return SummaryWriter(log_dir=log_dir)
+
+
+class KotuneTrainer(Trainer):
+    """Trainer with kotune's evaluation order, optimizer groups and checkpoints.
+
+    - Evaluation keeps input order: transformers 5 reuses the *training* length-grouped
+      sampler (random megabatches) for evaluation and prediction when
+      ``train_sampling_strategy="group_by_length"``, which permutes predictions.
+    - The scalar mix gets its own learning rate (``mix_learning_rate``: ``train.mix_learning_rate``).
+    - Checkpoints hold only what trains (a frozen encoder is not saved again), end with a
+      completion marker carrying the running loss sum (exact ``train_loss`` after a resume) and
+      ``resume_config`` (what a resume must match), and load with the encoder's keys allowed missing."""
+
+    def __init__(self, *args, mix_learning_rate: float | None = None, resume_config: dict | None = None,
+                 tensorboard_dir: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.mix_learning_rate = mix_learning_rate
+        self.resume_config = resume_config
+        if tensorboard_dir and self.is_world_process_zero():
+            from transformers.integrations import TensorBoardCallback
+
+            self.add_callback(TensorBoardCallback(_summary_writer(tensorboard_dir)))
+
+    def _get_eval_sampler(self, eval_dataset):
+        if eval_dataset is None or self.args.world_size > 1:
+            return None  # distributed: accelerate shards sequentially and gathers in order
+        return SequentialSampler(eval_dataset)
+
+    def create_optimizer(self, model=None):
+        model = self.model if model is None else model
+        mix = [p for n, p in model.named_parameters() if n.startswith("mixer.") and p.requires_grad]
+        if self.optimizer is not None or not mix or self.mix_learning_rate is None:
+            return super().create_optimizer(model)
+        decay = set(self.get_decay_parameter_names(model))
+        rest = [(n, p) for n, p in model.named_parameters() if p.requires_grad and not n.startswith("mixer.")]
+        groups = [{"params": [p for n, p in rest if n in decay], "weight_decay": self.args.weight_decay},
+                  {"params": [p for n, p in rest if n not in decay], "weight_decay": 0.0},
+                  {"params": mix, "weight_decay": 0.0, "lr": float(self.mix_learning_rate)}]
+        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+        self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
+        return self.optimizer
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        if state_dict is None and getattr(self.model, "frozen", False):
+            state_dict = {k: v for k, v in self.model.state_dict().items() if not k.startswith("encoder.")}
+        super()._save(output_dir, state_dict=state_dict)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            loss_sum = self._total_loss_scalar + float(self._tr_loss.item())
+            write_json_atomic(os.path.join(folder, COMPLETE),
+                              {"step": self.state.global_step, "loss_sum": loss_sum, "config": self.resume_config})
+
+    def _load_state(self, directory: str) -> None:
+        state = safetensors.torch.load_file(os.path.join(directory, "model.safetensors"))
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        allowed = getattr(self.model, "frozen", False)
+        if unexpected or any(not (allowed and k.startswith("encoder.")) for k in missing):
+            raise KotuneError(f"{directory}: checkpoint does not fit this model "
+                              f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None) -> None:
+        if isinstance(self.model, PreTrainedModel):  # a whole HF model (pretrain): tied weights and all
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self._load_state(resume_from_checkpoint)
+
+    def best_checkpoint_dir(self) -> str | None:
+        """The best checkpoint in *this* run directory: the state keeps the path it was saved under,
+        which a moved or copied run directory no longer has."""
+        best = self.state.best_model_checkpoint
+        return os.path.join(self.args.output_dir, os.path.basename(best)) if best else None
+
+    def _load_best_model(self) -> None:
+        if isinstance(self.model, PreTrainedModel):
+            return super()._load_best_model()
+        self._load_state(self.best_checkpoint_dir())
+
+
+def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
+    """The trainer of a built run: evaluation in length-sorted batches scored in input order, the
+    task's main metric for ``train.select_best``."""
+    from tasks.collate import in_order, length_order, restore_order
+
+    task = b.task
+    val = b.features.get("validation")
+    train = b.features.get("train")
+    do_eval = val is not None and train is not None and (cfg.train.eval_strategy != "no" or cfg.train.get("select_best"))
+    val_order = length_order(val) if do_eval else None  # sorted batches, as in predict()
+
+    def compute_metrics(p) -> dict:
+        predictions = restore_order(p.predictions, val_order)
+        return task.score(task.decode(predictions, val, b.splits["validation"].examples),
+                          b.splits["validation"].examples)
+
+    steps_per_epoch = None
+    if train is not None:
+        steps_per_epoch = max(1, math.ceil(len(train) / (int(cfg.train.batch_size) * world_size()))
+                              // int(cfg.train.grad_accum))
+    return KotuneTrainer(
+        model=b.model,
+        args=training_arguments(cfg, run_dir, list(b.model.head.label_fields), do_eval, steps_per_epoch,
+                                task.main_metric, task.greater_is_better),
+        train_dataset=b.inputs.get("train"),
+        eval_dataset=in_order(b.inputs["validation"], val_order) if do_eval else None,
+        data_collator=make_collator(b.tokenizer, cfg),
+        compute_metrics=compute_metrics if do_eval else None,
+        mix_learning_rate=cfg.train.get("mix_learning_rate"),
+        resume_config=resume_identity(cfg),
+        tensorboard_dir=tensorboard_dir(cfg, run_dir) if train is not None else None,
+    )
