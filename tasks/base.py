@@ -189,13 +189,18 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
     """Read the splits in ``need`` ('train', 'validation', 'predict') from files, samples or hub."""
     files = {"train": data.get("train_file"), "validation": data.get("validation_file"),
              "predict": data.get("predict_file")}
-    if data.get("source") == "sample":
+    holdout = float(data.get("validation_split") or 0.0)
+    wants = [s for s in ("train", "validation") if s in need]
+    if holdout and files["validation"] and wants:
+        raise ConfigError(f"data.validation_split={holdout} and data.validation_file={files['validation']} "
+                          "are both set: keep one (data.validation_file=null holds out part of the train file)")
+    if data.get("source") == "sample":  # the preset's files stand in for those not given
         files["train"] = files["train"] or sample_file(task.cfg, "train")
-        files["validation"] = files["validation"] or sample_file(task.cfg, "validation")
+        if not holdout:
+            files["validation"] = files["validation"] or sample_file(task.cfg, "validation")
     use_files = any(files[s] for s in ("train", "validation"))
     task.reading = ReadOptions(data.get("format"), data.get("quoting"))
     task.use_columns(data)
-    holdout = float(data.get("validation_split") or 0.0)
     out: dict[str, Split] = {}
 
     def from_file(path: str, labelled: bool = True) -> Split:
@@ -207,9 +212,10 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
             raise ConfigError(f"task {task.name} has no hub dataset: set data.train_file=... "
                               "(and data.validation_file=...) or use data=sample")
         ignored = [f"data.{DATA_COLUMNS[role]}={value}" for role, value in column_settings(data).items()]
+        ignored += [f"data.validation_split={holdout}"] if holdout else []
         if ignored:
             raise ConfigError(f"{ignored[0]} applies to local files, but {hub.path} ({hub.get('name')}) is read "
-                              "from the hub with its own columns: add data.train_file=FILE or drop it")
+                              "from the hub with its own columns and splits: add data.train_file=FILE or drop it")
         rows, revision = load_hub_split(hub.path, hub.get("name"), split, data.get("revision"))
         label = f"{hub.path}/{hub.get('name')}:{split}"
         return Split(task.read_hub(rows, label), {"hub": hub.path, "name": hub.get("name"),
@@ -219,7 +225,6 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
         if not files["predict"]:
             raise ConfigError("action=predict needs data.predict_file=FILE")
         out["predict"] = from_file(files["predict"], labelled=False)
-    wants = [s for s in ("train", "validation") if s in need]
     if wants and use_files:
         if "train" in wants and not files["train"]:
             raise ConfigError("data.validation_file is set but data.train_file is not")

@@ -30,10 +30,41 @@ def nli_file(tmp_path, keys=("guid", "premise", "hypothesis", "gold_label"), pre
     return str(path)
 
 
-@pytest.mark.parametrize("option", ["data.label_column=gold"])
+# ---- issue 22.4: a preset's files never override what is given --------------------------------------
+def test_sample_preset_holds_out_the_given_train_file_not_its_own_dev(tmp_path):
+    """data=sample data.train_file=F data.validation_split=0.2 used to evaluate on the 21 sample rows."""
+    out = splits(["task=nli", "data=sample", f"data.train_file={nli_file(tmp_path)}", "data.validation_split=0.2"])
+    assert (len(out["train"].examples), len(out["validation"].examples)) == (96, 24)
+    assert all(ex["id"].startswith("own-") for ex in out["validation"].examples)
+    assert out["validation"].source["part"] == "held-out"
+
+
+def test_sample_preset_split_holds_out_part_of_the_sample_train_file():
+    from tasks.base import sample_file
+
+    out = splits(["task=nli", "data=sample", "data.validation_split=0.25"])
+    train_file = sample_file(compose(["task=nli"]).task, "train")
+    assert out["validation"].source["file"] == out["train"].source["file"] == train_file
+    assert len(out["train"].examples) + len(out["validation"].examples) == 81  # the sample train rows
+
+
+def test_sample_preset_fills_in_only_the_file_not_given(tmp_path):
+    out = splits(["task=nli", "data=sample", f"data.train_file={nli_file(tmp_path)}"])
+    assert len(out["train"].examples) == 120
+    assert out["validation"].source["file"].endswith("samples/nli/dev.json")
+
+
+def test_a_validation_file_and_a_split_together_is_an_error():
+    """data=hate_speech names its dev file: a split on top of it would be silently ignored."""
+    with pytest.raises(ConfigError, match=r"data\.validation_split=0\.2 and data\.validation_file=\S+dev\.tsv "
+                                          r"are both set: keep one \(data\.validation_file=null"):
+        splits(["task=text_cls", "data=hate_speech", "data.validation_split=0.2"])
+
+
+@pytest.mark.parametrize("option", ["data.validation_split=0.2", "data.label_column=gold"])
 def test_file_options_with_hub_data_are_an_error_not_ignored(option):
     with pytest.raises(ConfigError, match=rf"{option} applies to local files, but klue/klue \(nli\) is read "
-                                          r"from the hub with its own columns: add data\.train_file="):
+                                          r"from the hub with its own columns and splits: add data\.train_file="):
         splits(["task=nli", option])  # refused before the hub is asked (offline: no network wait)
 
 
