@@ -29,17 +29,4 @@ def build_task(task_cfg: DictConfig) -> Task:
     name = task_cfg.get("name")
     if name not in TASKS:
         raise ConfigError(f"unknown task '{name}' (choices: {', '.join(sorted(TASKS))})")
-    task = TASKS[name](OmegaConf.create(OmegaConf.to_container(task_cfg, resolve=True)))
-    task.column_options = column_options(task_cfg)
-    return task
-
-
-def column_options(task_cfg: DictConfig) -> dict[str, str]:
-    """The setting that chooses each column of ``task.columns``, for error messages: ``data.X``
-    where the task maps the column from ``${data.X}`` (text_cls, text_pair), else ``task.columns.ROLE``."""
-    raw = OmegaConf.to_container(task_cfg, resolve=False).get("columns") or {}
-    out = {}
-    for role, value in raw.items():
-        ref = str(value)
-        out[role] = ref[2:-1] if ref.startswith("${data.") and ref.endswith("}") else f"task.columns.{role}"
-    return out
+    return TASKS[name](OmegaConf.create(OmegaConf.to_container(task_cfg, resolve=True)))

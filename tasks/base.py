@@ -30,6 +30,16 @@ LABEL_FIELDS: dict[str, tuple[str, ...]] = {
     "span": ("start_positions", "end_positions"), "span_char": ("start_positions", "end_positions"),
     "relation": ("labels",), "dependency": ("heads", "deprels"),
 }
+# The one way to name a local file's columns, for every task: ``data.<role>_column`` replaces the
+# column ``task.columns.<role>`` names by default (KLUE's names for KLUE tasks, text/label for custom
+# files). A task whose column map has no such role refuses the setting rather than ignore it.
+DATA_COLUMNS: dict[str, str] = {"id": "id_column", "text": "text_column", "text_pair": "text_pair_column",
+                                "label": "label_column"}
+
+
+def column_settings(data: DictConfig) -> dict[str, str]:
+    """The ``data.<role>_column`` settings given: role → column name."""
+    return {role: str(data.get(key)) for role, key in DATA_COLUMNS.items() if data.get(key) is not None}
 
 
 @dataclass
@@ -71,7 +81,7 @@ class Task:
         self.greater_is_better: bool = bool(cfg.get("greater_is_better", True))
         self.labels: list[str] | None = list(cfg.labels) if cfg.get("labels") else None
         self.reading = ReadOptions()  # load_splits sets data.format / data.quoting here
-        self.column_options: dict[str, str] = {}  # role → the setting naming its column (build_task)
+        self.default_columns: dict = dict(cfg.get("columns") or {})
 
     # ---- reading -------------------------------------------------------------------------
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
@@ -80,6 +90,26 @@ class Task:
 
     def read_hub(self, rows, path: str) -> list[dict]:
         raise NotImplementedError
+
+    @property
+    def column_options(self) -> dict[str, str]:
+        """Role → the setting that names its column, for messages."""
+        return {role: f"data.{DATA_COLUMNS[role]}" if role in DATA_COLUMNS else f"task.columns.{role}"
+                for role in self.default_columns}
+
+    def use_columns(self, data: DictConfig) -> None:
+        """Read local files with ``data.<role>_column`` where set, else the task's default column
+        (``task.columns``); a setting for a role this task does not read is a ConfigError."""
+        columns = dict(self.default_columns)
+        for role, value in column_settings(data).items():
+            if role not in columns:
+                reads = (f"it reads {', '.join(self.column_options.values())}" if columns
+                         else "its file format fixes its fields")
+                raise ConfigError(f"data.{DATA_COLUMNS[role]}={value}: task {self.name} has no {role} "
+                                  f"column ({reads})")
+            columns[role] = value
+        if columns:
+            self.cfg.columns = columns
 
     def fit_labels(self, train: list[dict]) -> None:
         """Tasks whose label set comes from the training data set it here."""
@@ -159,12 +189,18 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
     """Read the splits in ``need`` ('train', 'validation', 'predict') from files, samples or hub."""
     files = {"train": data.get("train_file"), "validation": data.get("validation_file"),
              "predict": data.get("predict_file")}
-    if data.get("source") == "sample":
+    holdout = float(data.get("validation_split") or 0.0)
+    wants = [s for s in ("train", "validation") if s in need]
+    if holdout and files["validation"] and wants:
+        raise ConfigError(f"data.validation_split={holdout} and data.validation_file={files['validation']} "
+                          "are both set: keep one (data.validation_file=null holds out part of the train file)")
+    if data.get("source") == "sample":  # the preset's files stand in for those not given
         files["train"] = files["train"] or sample_file(task.cfg, "train")
-        files["validation"] = files["validation"] or sample_file(task.cfg, "validation")
+        if not holdout:
+            files["validation"] = files["validation"] or sample_file(task.cfg, "validation")
     use_files = any(files[s] for s in ("train", "validation"))
     task.reading = ReadOptions(data.get("format"), data.get("quoting"))
-    holdout = float(data.get("validation_split") or 0.0)
+    task.use_columns(data)
     out: dict[str, Split] = {}
 
     def from_file(path: str, labelled: bool = True) -> Split:
@@ -175,6 +211,11 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
         if not hub:
             raise ConfigError(f"task {task.name} has no hub dataset: set data.train_file=... "
                               "(and data.validation_file=...) or use data=sample")
+        ignored = [f"data.{DATA_COLUMNS[role]}={value}" for role, value in column_settings(data).items()]
+        ignored += [f"data.validation_split={holdout}"] if holdout else []
+        if ignored:
+            raise ConfigError(f"{ignored[0]} applies to local files, but {hub.path} ({hub.get('name')}) is read "
+                              "from the hub with its own columns and splits: add data.train_file=FILE or drop it")
         rows, revision = load_hub_split(hub.path, hub.get("name"), split, data.get("revision"))
         label = f"{hub.path}/{hub.get('name')}:{split}"
         return Split(task.read_hub(rows, label), {"hub": hub.path, "name": hub.get("name"),
@@ -184,7 +225,6 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
         if not files["predict"]:
             raise ConfigError("action=predict needs data.predict_file=FILE")
         out["predict"] = from_file(files["predict"], labelled=False)
-    wants = [s for s in ("train", "validation") if s in need]
     if wants and use_files:
         if "train" in wants and not files["train"]:
             raise ConfigError("data.validation_file is set but data.train_file is not")

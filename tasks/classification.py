@@ -1,8 +1,9 @@
 """Sequence-level tasks: YNAT (single text), NLI (pair), STS (pair regression), and the generic
 ``text_cls`` / ``text_pair`` tasks for custom CSV/TSV/JSON/JSONL files.
 
-Columns come from an explicit map in the task config (``task.columns``: text, text_pair, label),
-never guessed. Labels are mapped by *name*: hub and KLUE-baseline label orders differ.
+Columns come from an explicit map (``task.columns``: id, text, text_pair, label: the task's defaults,
+which ``data.<role>_column`` replaces; ``Task.use_columns``), never guessed. Labels are mapped by
+*name*: hub and KLUE-baseline label orders differ.
 """
 from __future__ import annotations
 

@@ -110,13 +110,18 @@ def test_missing_column_names_file_columns_and_option(header, option, missing, t
     assert line == f"error: {bad}: has no column '{missing}' (columns: {columns}; set data.{which}_column=)"
 
 
-def test_missing_column_of_a_fixed_column_map_names_the_task_option(tmp_path):
+def test_missing_column_of_a_klue_task_names_the_same_data_option(tmp_path):
     bad = tmp_path / "nli.json"
     bad.write_text(json.dumps([{k: v for k, v in NLI_ROW.items() if k != "gold_label"}] * 2, ensure_ascii=False),
                    encoding="utf-8")
     line = fail(["model=tiny", f"data.train_file={bad}", "data.validation_split=0.5"], tmp_path)
-    assert f"{bad}: has no column 'gold_label' (columns: guid, premise, hypothesis; set task.columns.label=)" \
+    assert f"{bad}: has no column 'gold_label' (columns: guid, premise, hypothesis; set data.label_column=)" \
         in line
+
+
+def test_a_column_setting_the_task_does_not_read_is_one_line(tmp_path):
+    line = fail(["task=ner", "model=tiny", "data=sample", "data.label_column=tag"], tmp_path)
+    assert line == "error: data.label_column=tag: task ner has no label column (its file format fixes its fields)"
 
 
 @pytest.mark.parametrize("task,body,line_no", [

@@ -44,6 +44,7 @@ def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
 
     cfg = compose([f"task={task_name}", "model=tiny", f"cache_dir={cache_dir}", *SAMPLE_COLUMNS.get(task_name, [])])
     task = build_task(cfg.task)
+    task.use_columns(cfg.data)
     examples = task.read_file(sample_train_file(task_name, tmp_path))
     task.fit_labels(examples)
     assert task.label_fields == LABEL_FIELDS[task.head]

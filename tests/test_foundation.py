@@ -34,9 +34,27 @@ def test_every_task_model_mode_composes(task):
 
 
 def test_korean_presets_keep_case():
-    for model in ("klue", "klue-roberta", "kcbert", "koelectra"):
+    assert {"klue", "klue-roberta", "kcbert", "koelectra", "kr-electra"} <= set(MODELS)
+    for model in set(MODELS) - {"tiny"}:  # tiny trains its own cased tokenizer
         cfg = compose([f"model={model}"])
         assert cfg.model.tokenizer_kwargs.do_lower_case is False, model
+
+
+def test_kr_electra_preset_builds_offline_from_a_bare_vocabulary(tmp_path):
+    """model=kr-electra model.init=random on a vocab.txt alone: an ELECTRA encoder (the preset names
+    its architecture) and a tokenizer that keeps Hangul syllables whole."""
+    from heads.encoder import load_encoder, load_tokenizer
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                                   "한국", "##어", "문장", "."]) + "\n", encoding="utf-8")
+    cfg = compose(["model=kr-electra", "model.init=random", f"model.name_or_path={tmp_path}",
+                   "model.config_overrides.num_hidden_layers=1", "model.config_overrides.hidden_size=32",
+                   "model.config_overrides.embedding_size=32", "model.config_overrides.num_attention_heads=2",
+                   "model.config_overrides.intermediate_size=64"])
+    tokenizer = load_tokenizer(cfg.model)
+    assert tokenizer.tokenize("한국어 문장.") == ["한국", "##어", "문장", "."]
+    encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=0)
+    assert encoder.config.model_type == "electra" and encoder.config.vocab_size == 9
 
 
 @pytest.mark.parametrize("task", sorted(SAMPLE_TASKS))
