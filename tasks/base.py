@@ -147,7 +147,7 @@ class Task:
         from omegaconf import OmegaConf
 
         cfg = OmegaConf.to_container(self.cfg, resolve=True)
-        return {k: v for k, v in cfg.items() if k not in ("main_metric", "greater_is_better", "recipe")}
+        return {k: v for k, v in cfg.items() if k not in ("main_metric", "greater_is_better", "recipe", "reference")}
 
     def describe(self) -> dict:
         return {"name": self.name, "head": self.head, "labels": self.labels,
