@@ -8,7 +8,11 @@ Collects every results.json under the directories (matrices, sweeps, single runs
 - ``plot_<task>.png``: the task's main metric per row, bars with ±std error bars and the seeds
   as dots; ``sweep_<task>_<model>_<mode>.png``: the main metric against each hyperparameter that
   varies across a sweep's runs;
-- ``--paper``: the published KLUE baseline scores (kotune_data/klue_paper.csv) and the delta to each.
+- ``--paper``: the published KLUE baseline scores (kotune_data/klue_paper.csv) and the delta to each,
+  and per row and task whether the runs match the published setup ("like for like") or which
+  settings differ: the task's ``reference:`` block as the run stored it in its config
+  (``task.reference.task`` / ``.train``: marker scheme, pooling, POS, recipe, selection,
+  max_length), the paper's model (its hub id, pretrained) and KLUE's own data, trained by epochs.
 
 Unreadable, partial or foreign results.json files are skipped with a warning naming the file.
 """
@@ -34,6 +38,16 @@ NOT_SETTINGS = ("task", "data", "cache_dir", "checkpoint", "save_model", "save_p
                 "train.seed", "model.name", "mode.name", "train.eval_batch_size", "train.logging_steps",
                 "train.dataloader_num_workers", "train.save_strategy", "train.eval_strategy")
 CORRELATIONS = ("pearson", "spearman")
+# The paper's rows (kotune_data/klue_paper.csv names them by kotune preset) are these checkpoints
+PAPER_MODELS = {"klue": "klue/bert-base", "klue-roberta": "klue/roberta-base",
+                "koelectra": "monologg/koelectra-base-v3-discriminator"}
+# What every published row shares: pretrained weights fine-tuned by epochs on KLUE's own train and
+# dev splits (the hub's klue/klue), whole
+PAPER_PROTOCOL = {"model.init": "pretrained", "train.max_steps": -1, "data.source": "hub",
+                  "data.train_file": None, "data.validation_file": None, "data.validation_split": 0.0,
+                  "data.max_train_samples": None, "data.max_eval_samples": None}
+LIKE_FOR_LIKE = "like for like"
+UNKNOWN_SETUP = "not comparable: no task.reference in the run's config (a run from before references)"
 MAX_BARS = 15
 
 
@@ -212,6 +226,55 @@ def paper_value(paper: dict, row: tuple, task: str, metric: str) -> float | None
     return paper.get((model, task, metric)) if mode == "finetune" else None  # the paper fine-tunes
 
 
+def setup_differences(run: dict) -> list[str] | None:
+    """How a run's setup differs from the published baseline's for its task, as ``key ours≠paper``
+    strings (empty: like for like); None when the run's config holds no ``task.reference`` block.
+    The reference is the one the run stored (its resolved config), never today's yaml."""
+    reference = (run["config"].get("task") or {}).get("reference")
+    if not isinstance(reference, dict):
+        return None
+    config = run["flat_config"]
+    wanted: dict[str, Any] = {f"{group}.{key}": value for group in ("task", "train")
+                              for key, value in (reference.get(group) or {}).items()}
+    wanted.update(PAPER_PROTOCOL)
+    diffs = [f"{key} {fmt_setting(config.get(key))}≠{fmt_setting(value)}" for key, value in wanted.items()
+             if not same_setting(config.get(key), value)]
+    paper_model = PAPER_MODELS.get(run["model"])
+    ours = config.get("model.name_or_path")
+    if paper_model and ours != paper_model:
+        diffs.append(f"model {ours or run['model']}≠{paper_model}")
+    return diffs
+
+
+def same_setting(ours: Any, paper: Any) -> bool:
+    if isinstance(ours, (int, float)) and isinstance(paper, (int, float)) and not isinstance(ours, bool) \
+            and not isinstance(paper, bool):
+        return math.isclose(ours, paper, rel_tol=1e-9)
+    return ours == paper
+
+
+def fmt_setting(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (bool, type(None))) else fmt_value(value)
+
+
+def setup_text(runs: list[dict], row: tuple, task: str) -> str:
+    """The row's runs of ``task`` against the published setup: like for like, the differing
+    settings (over all its runs), or why nothing can be compared."""
+    mine = [r for r in runs if r["row"] == row and r["task"] == task]
+    if not mine:
+        return "–"
+    found = [setup_differences(r) for r in mine]
+    if any(d is None for d in found):
+        return UNKNOWN_SETUP
+    diffs = sorted({d for ds in found for d in ds})
+    return "; ".join(diffs) if diffs else LIKE_FOR_LIKE
+
+
+def setup_column(paper: dict | None, columns: list[tuple[str, str]], task: str, metric: str) -> bool:
+    """The task's setup column follows its first column with a published number."""
+    return with_paper(paper, task, metric) and next(m for t, m in columns if t == task and with_paper(paper, t, m)) == metric
+
+
 def with_paper(paper: dict | None, task: str, metric: str) -> bool:
     """Whether the (task, metric) column gets paper and Δ columns: the table has a number for it."""
     return paper is not None and any(t == task and m == metric for _, t, m in paper)
@@ -238,6 +301,8 @@ def leaderboard_markdown(runs: list[dict], rows, columns, cells, paper: dict | N
         head.append(f"{task} {metric}{'*' if main.get(task) == metric else ''}")
         if with_paper(paper, task, metric):
             head += [f"{task} {metric} (paper)", "Δ"]
+        if setup_column(paper, columns, task, metric):
+            head.append(f"{task} setup vs paper")
     head.append("failed")
     lines = [
         "# kotune leaderboard", "",
@@ -246,9 +311,11 @@ def leaderboard_markdown(runs: list[dict], rows, columns, cells, paper: dict | N
     ]
     if paper is not None:
         lines.append(f"Paper: published KLUE baseline scores from {paper_file} (fine-tuning rows only); "
-                     "Δ = ours − paper.")
+                     "Δ = ours − paper. \"setup vs paper\": like for like, or the settings that differ "
+                     "(ours≠paper; listed under the table).")
     lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     tasks = sorted({t for t, _ in columns})
+    setups = paper_setups(runs, rows, columns, paper)
     for row in rows:
         out = [row[0], row[1]] + ([row[2] or "–"] if has_settings(rows) else [])
         for task, metric in columns:
@@ -258,9 +325,19 @@ def leaderboard_markdown(runs: list[dict], rows, columns, cells, paper: dict | N
                 ref = paper_value(paper, row, task, metric)
                 out += ["–" if ref is None else f"{ref:.2f}",
                         "–" if ref is None or mean is None else f"{mean - ref:+.2f}"]
+            if setup_column(paper, columns, task, metric):
+                setup = setups.get((row, task), "–")
+                out.append(setup if setup in ("–", LIKE_FOR_LIKE) else
+                           "unknown (below)" if setup == UNKNOWN_SETUP else "differs (below)")
         failed = [f"{cells[(row, t, 'failed')]} {t}" for t in tasks if cells[(row, t, "failed")]]
         out.append(", ".join(failed) or "0")
         lines.append("| " + " | ".join(out) + " |")
+    unlike = {k: v for k, v in setups.items() if v not in ("–", LIKE_FOR_LIKE)}
+    if unlike:
+        lines += ["", "## Setup differences from the paper", "",
+                  "Rows whose Δ compares unlike setups (ours≠paper), or setups that cannot be compared:", ""]
+        for (row, task), text in unlike.items():
+            lines.append(f"- {' / '.join(x for x in row if x)}, {task}: {text}")
     failed_runs = [r for r in runs if r["status"] == "failed"]
     if failed_runs:
         lines += ["", "## Failed runs", "", "| task | model | mode | seed | error | results |", "|---|---|---|---|---|---|"]
@@ -271,13 +348,27 @@ def leaderboard_markdown(runs: list[dict], rows, columns, cells, paper: dict | N
     return "\n".join(lines) + "\n"
 
 
-def write_csv(path: Path, rows, columns, cells, paper: dict | None) -> None:
+def paper_setups(runs: list[dict], rows, columns, paper: dict | None) -> dict[tuple, str]:
+    """{(row, task): setup text} where the row shows a published number for the task."""
+    out = {}
+    for row in rows:
+        for task, metric in columns:
+            if setup_column(paper, columns, task, metric) and any(
+                    paper_value(paper, row, task, m) is not None for t, m in columns if t == task):
+                out[(row, task)] = setup_text(runs, row, task)
+    return out
+
+
+def write_csv(path: Path, runs: list[dict], rows, columns, cells, paper: dict | None) -> None:
     tasks = sorted({t for t, _ in columns})
+    setups = paper_setups(runs, rows, columns, paper)
     head = ["model", "mode", "setting"]
     for task, metric in columns:
         head += [f"{task}.{metric}.mean", f"{task}.{metric}.std", f"{task}.{metric}.n"]
         if with_paper(paper, task, metric):
             head += [f"{task}.{metric}.paper", f"{task}.{metric}.delta"]
+        if setup_column(paper, columns, task, metric):
+            head.append(f"{task}.paper_setup")
     head += [f"{t}.failed" for t in tasks]
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
@@ -290,6 +381,8 @@ def write_csv(path: Path, rows, columns, cells, paper: dict | None) -> None:
                 if with_paper(paper, task, metric):
                     ref = paper_value(paper, row, task, metric)
                     out += ["" if ref is None else ref, "" if ref is None or mean is None else round(mean - ref, 4)]
+                if setup_column(paper, columns, task, metric):
+                    out.append(setups.get((row, task), ""))
             out += [cells[(row, t, "failed")] for t in tasks]
             w.writerow(out)
 
@@ -441,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, columns, cells = aggregate(runs)
     md = leaderboard_markdown(runs, rows, columns, cells, paper, args.dirs, args.paper_file)
     (out / "leaderboard.md").write_text(md, encoding="utf-8")
-    write_csv(out / "leaderboard.csv", rows, columns, cells, paper)
+    write_csv(out / "leaderboard.csv", runs, rows, columns, cells, paper)
     plots = plot_all(out, runs, rows, paper)
     print(md)
     print(f"wrote {out / 'leaderboard.md'}, {out / 'leaderboard.csv'} and {len(plots)} plot(s): "

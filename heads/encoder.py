@@ -171,6 +171,23 @@ def load_encoder(model_cfg: DictConfig, vocab_size: int | None, seed: int,
                               revision=model_cfg.get("revision"), **extra)
 
 
+def add_special_tokens(tokenizer, encoder: torch.nn.Module | None, tokens: Iterable[str]) -> int:
+    """Adds a task's ``special_tokens`` (KLUE RE's ``<subj>`` … markers) to the tokenizer as special
+    tokens (never split, never lowercased; saved with it) and grows ``encoder``'s input embeddings
+    to the tokenizer's size, as KLUE-baseline does (``resize_token_embeddings``, klue_baseline/task.py).
+    New rows start as the architecture initialises weights, normal(0, ``initializer_range``): what
+    transformers 3.5.1, KLUE-baseline's pin, did (5's default is the old rows' mean). Returns the
+    number of tokens added."""
+    tokens = list(tokens)
+    if not tokens:
+        return 0
+    added = tokenizer.add_special_tokens({"additional_special_tokens": tokens},
+                                         replace_extra_special_tokens=False)
+    if encoder is not None and encoder.get_input_embeddings().num_embeddings < len(tokenizer):
+        encoder.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    return added
+
+
 def no_pooler(config) -> dict:
     """Keyword that drops BERT/RoBERTa's pooler: heads pool for themselves, and unused
     parameters would break DDP and inflate the trainable count."""

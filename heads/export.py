@@ -18,7 +18,9 @@ from __future__ import annotations
 import torch
 
 from heads.native import head_style
+from tasks import TASKS
 from tasks.errors import ConfigError
+from tasks.log import warn
 
 CLASS_PREFIX = {"bert": "Bert", "roberta": "Roberta", "electra": "Electra"}
 SUFFIX = {"sequence": "ForSequenceClassification", "pair": "ForSequenceClassification",
@@ -130,7 +132,10 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
     """Write a saved kotune model (``model_dir``) as a standard transformers directory that
     ``transformers.pipeline(<task>, model=out_dir)`` serves: the native class's config (with
     ``id2label``/``label2id``) and weights, and the model's own tokenizer (its ``do_lower_case``,
-    ``model_max_length`` = the model's max_length, and no token type ids where the model had none)."""
+    ``model_max_length`` = the model's max_length, and no token type ids where the model had none,
+    with any special tokens the task added, e.g. KLUE RE's ``<subj>``). A task whose input is more
+    than plain text (RE's entity markers) says so in one warning line, in ``input_note`` and in the
+    exported config (``kotune_input``)."""
     from transformers import AutoTokenizer
 
     from heads.model import KotuneModel
@@ -140,6 +145,10 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
     if reason:
         raise ConfigError(f"cannot export {model_dir}: {reason}")
     native = to_native(model, model.meta.get("labels"))
+    note = input_note(model.meta)
+    if note:  # e.g. RE: the model never saw unmarked text, and a pipeline would feed it some
+        warn(note)
+        native.config.kotune_input = note
     native.save_pretrained(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if model.meta.get("max_length"):
@@ -149,4 +158,10 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
         tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names
     tokenizer.save_pretrained(out_dir)
     return {"export_dir": out_dir, "native_class": type(native).__name__, "pipeline": PIPELINE[model.head_kind],
-            "num_labels": native.config.num_labels}
+            "num_labels": native.config.num_labels, "input_note": note}
+
+
+def input_note(meta: dict) -> str | None:
+    """The saved task's word on the exported model's input (``Task.export_note``), if any."""
+    task = TASKS.get(str(meta.get("task")))
+    return task.export_note(meta.get("task_options") or {}) if task is not None else None

@@ -74,7 +74,8 @@ class Encoder:
 def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] | None,
                       weights: bool = True) -> Encoder:
     """Tokenizer + encoder from ``checkpoint=`` (everything as saved) or from ``cfg.model``."""
-    from heads.encoder import build_config, load_encoder, load_tokenizer, position_limit, uses_token_type_ids
+    from heads.encoder import (add_special_tokens, build_config, load_encoder, load_tokenizer, position_limit,
+                               uses_token_type_ids)
 
     if cfg.get("checkpoint"):
         from transformers import AutoTokenizer
@@ -102,6 +103,7 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
         # a sequence head starts from a pretrained BERT's pooler (heads/native.py): keep it for them
         encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed),
                                head_kind=task.head if task is not None else None)
+    add_special_tokens(tokenizer, encoder, task.special_tokens if task is not None else ())  # e.g. RE's <subj>
     config = encoder.config if encoder is not None else build_config(cfg.model, len(tokenizer))
     return Encoder(tokenizer, config, resolve_max_length(requested_max_length(cfg), config),
                    uses_token_type_ids(config), encoder=encoder)

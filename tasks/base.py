@@ -73,6 +73,9 @@ class Task:
     # predict): "error" where another value gives a different model (refuse), "saved" where the
     # saved value is used with a warning (the model was trained to see that encoding)
     saved_options: dict[str, str] = {}
+    # tokens the task's encoding needs as new vocabulary entries (KLUE RE's <subj> markers): the
+    # loader adds them to the tokenizer and resizes the encoder's embeddings (heads/encoder.py)
+    special_tokens: tuple[str, ...] = ()
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
@@ -163,12 +166,18 @@ class Task:
         official scripts); returns the paths written."""
         return []
 
+    @classmethod
+    def export_note(cls, options: dict) -> str | None:
+        """What a user of the exported model (action=export) must know about its input beyond the
+        tokenizer, given the saved ``task_options``; None when plain text is its input."""
+        return None
+
     def encode_key(self) -> dict:
         """The task options that change encoding (part of the feature cache key)."""
         from omegaconf import OmegaConf
 
         cfg = OmegaConf.to_container(self.cfg, resolve=True)
-        return {k: v for k, v in cfg.items() if k not in ("main_metric", "greater_is_better", "recipe")}
+        return {k: v for k, v in cfg.items() if k not in ("main_metric", "greater_is_better", "recipe", "reference")}
 
     def describe(self) -> dict:
         return {"name": self.name, "head": self.head, "labels": self.labels,

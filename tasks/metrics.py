@@ -462,16 +462,20 @@ def _pr_auc(targets, scores) -> float:
 
 
 def klue_re_auprc(probs: list[list[float]], golds: list[int]) -> float:
-    """AUPRC x100: the mean over all classes (``no_relation`` included) of the one-vs-rest area
-    under the precision-recall curve of the class's predicted probability.  Reproduces
-    KLUE-baseline ``klue_re_auprc`` (``np.eye(30)[labels]``, ``precision_recall_curve`` + ``auc``
-    per class, ``np.average``); ``golds`` are class indices into the columns of ``probs``."""
+    """AUPRC x100: the mean over the classes (``no_relation`` included) that have a gold example of
+    the one-vs-rest area under the precision-recall curve of the class's predicted probability.
+    Follows KLUE-baseline ``klue_re_auprc`` (``np.eye(30)[labels]``, ``precision_recall_curve`` +
+    ``auc`` per class, ``np.average``) except for a class with no gold example: its curve is
+    undefined (no positives, recall 0/0): KLUE-baseline's scikit-learn 0.24.1 makes the whole
+    AUPRC NaN, later versions set recall to 1 and give the class an area of about 0.5, which
+    inflates the mean; it is left out here. ``golds`` are class indices into the columns of ``probs``."""
     import numpy as np
 
     _check_same_length(probs, golds)
     p = np.asarray(probs, dtype=np.float64)
     onehot = np.eye(p.shape[1])[np.asarray(golds, dtype=np.int64)]
-    return 100.0 * float(np.mean([_pr_auc(onehot[:, c], p[:, c]) for c in range(p.shape[1])]))
+    present = [c for c in range(p.shape[1]) if onehot[:, c].any()]
+    return 100.0 * float(np.mean([_pr_auc(onehot[:, c], p[:, c]) for c in present]))
 
 
 # ---------------------------------------------------------------------------

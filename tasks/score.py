@@ -8,6 +8,8 @@ Accepted files (the format is told by the content, the columns by ``score.*``):
 - a CSV/TSV/JSON/JSONL table with an id column and a prediction column (``score.id_column``,
   ``score.prediction_column``; by default ``id`` and the first of prediction, label, answer,
   prediction_text). Tag sequences (NER) are a JSON list or whitespace-separated tags.
+- KLUE RE: a row's ``probabilities`` ({relation: probability}, as kotune's predictions.jsonl
+  writes them) give AUPRC; without them only micro F1 is scored, with a one-line note.
 
 Every gold id needs exactly one prediction: missing or extra ids, and labels outside the task's
 label set, are one-line errors that name counts and the first few ids or labels.
@@ -19,9 +21,22 @@ from typing import Any
 
 from tasks.errors import DataError
 from tasks.io import file_format, read_json, read_records
+from tasks.log import warn
+from tasks.re import RelationTask
 
 PREDICTION_COLUMNS = ("prediction", "label", "answer", "prediction_text")
+PROBABILITIES = "probabilities"  # per class, beside a predicted label (kotune's RE predictions.jsonl)
 SHOWN = 5
+
+
+class LabelWithProbabilities(str):
+    """A predicted label that also carries the file's class probabilities: a plain string for
+    every task, and AUPRC's input for RE."""
+
+    def __new__(cls, label: str, probabilities: Any):
+        obj = super().__new__(cls, label)
+        obj.probabilities = probabilities
+        return obj
 
 
 def _first(items) -> str:
@@ -55,7 +70,9 @@ def read_predictions(path: str, id_column: str = "id", prediction_column: str | 
         key = str(row.get(id_column))
         if key in out:
             raise DataError(path, where, f"id {key!r} is predicted twice")
-        out[key] = row.get(column)
+        value = row.get(column)
+        out[key] = LabelWithProbabilities(value, row[PROBABILITIES]) \
+            if isinstance(value, str) and row.get(PROBABILITIES) is not None else value
     return out
 
 
@@ -108,6 +125,8 @@ def to_outputs(task, values: list[Any], examples: list[dict], path: str) -> list
         allowed = list(task.labels or sorted({t for ex in examples for t in ex["tags"]}))
         check_labels([t for out in outputs for t in out], allowed, path, "tag")
         return outputs
+    if isinstance(task, RelationTask):
+        return _relation_outputs(task, values, examples, path)
     if getattr(task, "regression", False):
         outputs = []
         for v, ex in zip(values, examples):
@@ -121,4 +140,29 @@ def to_outputs(task, values: list[Any], examples: list[dict], path: str) -> list
     allowed = [str(x) for x in (task.labels or sorted({str(ex["label"]) for ex in examples}))]
     outputs = [str(v) for v in values]
     check_labels(outputs, allowed, path)
+    return outputs
+
+
+def _relation_outputs(task: RelationTask, values: list[Any], examples: list[dict], path: str) -> list[dict]:
+    """KLUE RE: the predicted relation, and every relation's probability where the file has them
+    (AUPRC needs them all; a file without them scores micro F1 only, and says so)."""
+    labels = [str(x) for x in task.labels]
+    check_labels([str(v) for v in values], labels, path)
+    given = [getattr(v, "probabilities", None) for v in values]
+    if any(p is None for p in given):
+        warn(f"{path}: no class probabilities ('{PROBABILITIES}': {{relation: probability}} per row, as "
+             "kotune's predictions.jsonl has them): scoring micro F1 only, AUPRC needs probabilities")
+        return [{"label": str(v), "probs": None} for v in values]
+    outputs = []
+    for v, probs, ex in zip(values, given, examples):
+        if not isinstance(probs, dict) or set(probs) != set(labels):
+            raise DataError(path, None, f"id {ex['id']!r}: '{PROBABILITIES}' must map each of the "
+                                        f"{len(labels)} relations to its probability")
+        try:
+            row = [float(probs[name]) for name in labels]
+        except (TypeError, ValueError):
+            raise DataError(path, None, f"id {ex['id']!r}: a probability that is not a number") from None
+        if not all(math.isfinite(p) for p in row):
+            raise DataError(path, None, f"id {ex['id']!r}: a probability that is not finite")
+        outputs.append({"label": str(v), "probs": row})
     return outputs

@@ -172,3 +172,69 @@ def test_a_value_that_only_follows_the_task_is_not_a_setting(tmp_path):
     assert report.main([str(d)]) == 0
     rows = read_csv(d / "leaderboard.csv")
     assert list(rows) == [("klue", "finetune")] and rows[("klue", "finetune")]["setting"] == ""
+
+
+RE_REFERENCE = {"task": {"markers": "klue", "pooling": "cls", "main_metric": "micro_f1"},
+                "train": {"learning_rate": 5e-5, "batch_size": 32, "epochs": 3, "select_best": True}}
+
+
+def write_re_run(folder: Path, model: str, seed: int, name_or_path: str, markers: str = "klue",
+                 select_best: bool = True, reference: dict | None = RE_REFERENCE, **data) -> None:
+    """An RE results.json whose config is resolved as run.py stores it, reference block included."""
+    task = {"name": "re", "markers": markers, "pooling": "cls", "main_metric": "micro_f1"}
+    if reference is not None:
+        task["reference"] = reference
+    config = {"task": task, "model": {"name": model, "name_or_path": name_or_path, "init": "pretrained"},
+              "mode": {"name": "finetune"},
+              "train": {"seed": seed, "learning_rate": 5.0e-5, "batch_size": 32, "epochs": 3, "max_steps": -1,
+                        "select_best": select_best},
+              "data": {"source": "hub", "train_file": None, "validation_file": None, "validation_split": 0.0,
+                       "max_train_samples": None, "max_eval_samples": None, **data}}
+    body = {"task": "re", "model": model, "mode": "finetune", "action": "train", "seed": seed, "status": "ok",
+            "main_metric": "micro_f1", "metrics": {"micro_f1": 60.0 + seed, "auprc": 50.0},
+            "config_hash": f"re-{model}-{seed}-{markers}-{select_best}", "config": config}
+    path = folder / f"re_{model}_{seed}_{markers}_{select_best}" / "results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body))
+
+
+def test_paper_setup_is_like_for_like_or_lists_the_differences(tmp_path):
+    d = tmp_path / "runs"
+    for seed in (1, 2):  # the paper's setup on the paper's checkpoint
+        write_re_run(d, "klue", seed, "klue/bert-base")
+    # kotune's default markers, no selection, a random local encoder under the preset's name, sample data
+    write_re_run(d, "klue-roberta", 1, "../shared/vocab/kcbert-base", markers="typed_punct", select_best=False,
+                 source="sample")
+    write_re_run(d, "koelectra", 1, "monologg/koelectra-base-v3-discriminator", reference=None)  # an older run
+    write_re_run(d, "tiny", 1, None)  # no published row: nothing compared
+    assert report.main([str(d), "--paper"]) == 0
+    rows = read_csv(d / "leaderboard.csv")
+    assert rows[("klue", "finetune")]["re.paper_setup"] == "like for like"
+    assert rows[("klue-roberta", "finetune")]["re.paper_setup"] == (
+        "data.source sample≠hub; model ../shared/vocab/kcbert-base≠klue/roberta-base; "
+        "task.markers typed_punct≠klue; train.select_best false≠true")
+    assert rows[("koelectra", "finetune")]["re.paper_setup"].startswith("not comparable: no task.reference")
+    assert rows[("tiny", "finetune")]["re.paper_setup"] == "" and rows[("tiny", "finetune")]["re.micro_f1.paper"] == ""
+    md = (d / "leaderboard.md").read_text()
+    assert "| klue | finetune | 61.50 ± 0.71 (2) | 66.44 | -4.94 | like for like |" in md
+    assert "| klue-roberta | finetune | 61.00 (1) | 66.66 | -5.66 | differs (below) |" in md
+    assert "| koelectra | finetune | 61.00 (1) | 62.85 | -1.85 | unknown (below) |" in md
+    below = md.split("## Setup differences from the paper")[1]
+    assert "- klue-roberta / finetune, re: data.source" in below and "task.markers typed_punct≠klue" in below
+    assert "klue / finetune, re" not in below
+
+
+def test_every_published_task_has_a_reference_its_recipe_and_train_klue_meet(tmp_path):
+    """The shipped reference blocks: train=klue with the task's recipe meets reference.train; the
+    task options that differ by default are the documented ones."""
+    from omegaconf import OmegaConf
+
+    from conftest import compose
+
+    default_differs = {"ner": {"main_metric"}, "re": {"markers", "pooling"}}
+    for task in sorted({t for _, t, _ in report.read_paper(report.PAPER_FILE)} - {"dp"}):  # dp: its own tests
+        cfg = compose([f"task={task}", "train=klue"])
+        assert "reference" in cfg.task, f"{task} has published scores but no reference block"
+        ref = OmegaConf.to_container(cfg.task.reference)
+        assert {k for k, v in ref["train"].items() if cfg.train[k] != v} == set(), task
+        assert {k for k, v in ref["task"].items() if cfg.task[k] != v} == default_differs.get(task, set()), task
