@@ -10,7 +10,6 @@ import pytest
 from conftest import compose
 
 TOKEN_FIXTURE = "서울\tB-LC\n에\tO\n갔다\tO\n\n김\tB-PS\n철수\tI-PS\n왔다\tO\n"
-SAMPLE_COLUMNS = {"text_pair": ["data.text_column=question1", "data.text_pair_column=question2"]}  # its README
 
 
 def sample_train_file(task_name: str, tmp_path) -> str:
@@ -42,7 +41,7 @@ def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
     from tasks.base import LABEL_FIELDS, EncodeSettings
     from tasks.collate import DynamicPaddingCollator
 
-    cfg = compose([f"task={task_name}", "model=tiny", f"cache_dir={cache_dir}", *SAMPLE_COLUMNS.get(task_name, [])])
+    cfg = compose([f"task={task_name}", "model=tiny", f"cache_dir={cache_dir}"])
     task = build_task(cfg.task)
     task.use_columns(cfg.data)
     examples = task.read_file(sample_train_file(task_name, tmp_path))

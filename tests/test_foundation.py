@@ -176,7 +176,8 @@ def test_holdout_is_seeded_and_disjoint():
 
 @pytest.mark.parametrize("task,extra", [
     ("text_cls", []),
-    ("text_pair", ["data.text_column=question1", "data.text_pair_column=question2"]),
+    ("text_pair", []),
+    ("text_cls", ["data.text_column=text", "data.label_column=label"]),  # the one column knob, as named
 ])
 def test_custom_file_tasks_on_samples(task, extra, run_job):
     res = run_job([f"task={task}", "model=tiny", "data=sample", "train.max_steps=4", *extra])

@@ -15,6 +15,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     task = build_task(cfg.task)
     splits = load_splits(task, cfg.data, ("validation",), int(cfg.train.seed))
     examples = splits["validation"].examples
+    task.fit_labels(examples)  # a label set learned from data (text_cls, token_cls): the gold file's
     loaded = load_encoder_side(cfg, task, task.training_texts(examples), weights=False)
     settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
     features = encode_cached(task, examples, loaded.tokenizer, settings, cfg.cache_dir)

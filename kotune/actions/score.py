@@ -17,6 +17,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         raise ConfigError("action=score needs score.predictions=FILE and the gold file as data.validation_file=FILE")
     task = build_task(cfg.task)
     gold = load_splits(task, cfg.data, ("validation",), int(cfg.train.seed))["validation"]
+    task.fit_labels(gold.examples)  # a label set learned from data (text_cls, token_cls): the gold file's
     path = str(cfg.score.predictions)
     predicted = read_predictions(path, str(cfg.score.id_column), cfg.score.get("prediction_column"),
                                  cfg.score.get("format"))

@@ -1,0 +1,244 @@
+"""Every action on every task: each registered task is trained once (tiny encoder, its sample
+files), then every other action is tried against it, and each cell gives what another path gives,
+or refuses in one line saying why:
+
+- a rerun of a finished run (results.json lost: a crash in the final prediction, a sweep rerunning a
+  failed job) = the first run, with the plain recipe and with ``train=klue`` (best checkpoint);
+- a run resumed from an earlier checkpoint = the uninterrupted run (tests/test_resume.py kills one);
+- ``eval`` of the checkpoint = the training run's metrics;
+- ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl;
+- ``score`` of the run's own predictions.jsonl = the training run's metrics;
+- ``export`` writes the native class, or refuses in one line; ``ceiling`` and ``embed`` run;
+- ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import compose
+
+SMALL = ["data=sample", "train.batch_size=16", "train.logging_steps=1"]
+TINY = ["model=tiny", *SMALL]
+PLAIN = TINY + ["train.max_steps=6", "train.save_strategy=steps", "train.save_steps=2", "train.save_total_limit=null"]
+KLUE = TINY + ["train=klue", "train.epochs=1"]  # select_best: evaluations 4 times per epoch, the best kept
+COMPARED = ("metrics", "train_loss", "best_step", "metrics_last")
+
+
+def registered_tasks() -> list[str]:
+    from tasks import TASKS
+
+    return sorted(TASKS)
+
+
+def job(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
+    from kotune.job import execute
+    from kotune.runtime import quiet_libraries
+
+    quiet_libraries()
+    return execute(compose(overrides + [f"cache_dir={cache_dir}"]), str(run_dir))
+
+
+def ok(res: dict) -> dict:
+    assert res["status"] == "ok", res.get("error")
+    return res
+
+
+def refused_in_one_line(res: dict) -> str:
+    assert res["status"] == "failed" and res.get("error_type") != "RuntimeError", res
+    assert "traceback" not in res and "\n" not in res["error"], res["error"]
+    return res["error"]
+
+
+def same(a: dict, b: dict, keys=COMPARED) -> None:
+    for key in keys:
+        assert a.get(key) == pytest.approx(b.get(key), abs=1e-6), (key, a.get(key), b.get(key))
+
+
+def copy_run(src: Path, dst: Path, keep_checkpoints: int | None = None) -> Path:
+    """The run directory as a crash leaves it: no results.json, predictions or model; with
+    ``keep_checkpoints``, only the checkpoints up to that step (a run killed there)."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("results.json", "predictions*", "model", "hf"))
+    if keep_checkpoints is not None:
+        for ckpt in (dst / "checkpoints").glob("checkpoint-*"):
+            if int(ckpt.name.split("-")[1]) > keep_checkpoints:
+                shutil.rmtree(ckpt)
+    return dst
+
+
+def predictions(run_dir: Path) -> list[dict]:
+    """What was predicted, row by row (without gold fields, and without ids, which files without an
+    id column take from their path and line)."""
+    lines = (run_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith("gold") and k != "id"} for line in lines]
+
+
+# ---- the dev sample with its labels removed, per file format ---------------------------------
+def _json_without(path: Path, out: Path, keys: tuple[str, ...]) -> None:
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    out.write_text(json.dumps([{k: v for k, v in r.items() if k not in keys} for r in rows], ensure_ascii=False),
+                   encoding="utf-8")
+
+
+def _squad_without_answers(path: Path, out: Path) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                for key in ("answers", "is_impossible", "plausible_answers"):
+                    qa.pop(key, None)
+    out.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+
+def _columns_without(path: Path, out: Path, drop: tuple[int, ...], keep_header: bool) -> None:
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("##"):
+            lines.append(line)
+            continue
+        cells = line.split("\t")
+        lines.append("\t".join(c for k, c in enumerate(cells) if k not in {d % len(cells) for d in drop}))
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+UNLABELLED = {
+    "ynat": lambda p, o: _json_without(p, o, ("label",)),
+    "nli": lambda p, o: _json_without(p, o, ("gold_label", "label", "author", "label2", "label3", "label4", "label5")),
+    "sts": lambda p, o: _json_without(p, o, ("labels", "annotations")),
+    "re": lambda p, o: _json_without(p, o, ("label",)),
+    "text_pair": None,  # JSONL: below
+    "text_cls": lambda p, o: _columns_without(p, o, (-1,), keep_header=True),
+    "ner": lambda p, o: _columns_without(p, o, (-1,), keep_header=False),
+    "token_cls": lambda p, o: _columns_without(p, o, (-1,), keep_header=False),
+    "dp": lambda p, o: _columns_without(p, o, (4, 5), keep_header=False),
+    "mrc": _squad_without_answers,
+    "korquad": _squad_without_answers,
+    "qa": _squad_without_answers,
+}
+
+
+def unlabelled_dev(task_name: str, dev: Path, out_dir: Path) -> Path:
+    out = out_dir / f"unlabelled{dev.suffix}"
+    if task_name == "text_pair":
+        rows = [json.loads(line) for line in dev.read_text(encoding="utf-8").splitlines() if line.strip()]
+        out.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "label"}, ensure_ascii=False) + "\n"
+                               for r in rows), encoding="utf-8")
+    else:
+        UNLABELLED[task_name](dev, out)
+    return out
+
+
+def sample(task_name: str, split: str) -> Path:
+    from tasks.base import sample_file
+
+    return Path(sample_file(compose([f"task={task_name}"]).task, split))
+
+
+# ---- one training per task, shared by every cell ---------------------------------------------
+@pytest.fixture(scope="module", params=registered_tasks())
+def trained(request, tmp_path_factory, cache_dir):
+    task = request.param
+    root = tmp_path_factory.mktemp(f"matrix-{task}")
+    plain = ok(job([f"task={task}", *PLAIN], root / "plain", cache_dir))
+    klue = ok(job([f"task={task}", *KLUE], root / "klue", cache_dir))
+    assert klue["best_step"] is not None and klue["metrics_last"] is not None
+    return {"task": task, "root": root, "plain": plain, "klue": klue, "cache": cache_dir}
+
+
+def test_rerun_of_a_finished_run_gives_the_first_result(trained):
+    for recipe, overrides in (("plain", PLAIN), ("klue", KLUE)):
+        run_dir = copy_run(trained["root"] / recipe, trained["root"] / f"rerun-{recipe}")
+        again = ok(job([f"task={trained['task']}", *overrides], run_dir, trained["cache"]))
+        assert again["resumed_from"] is not None  # it did find the finished training
+        same(again, trained[recipe])
+        assert predictions(run_dir) == predictions(trained["root"] / recipe)
+
+
+def test_a_resumed_run_ends_where_the_uninterrupted_one_ends(trained):
+    run_dir = copy_run(trained["root"] / "plain", trained["root"] / "resumed", keep_checkpoints=2)
+    again = ok(job([f"task={trained['task']}", *PLAIN], run_dir, trained["cache"]))
+    assert again["resumed_from"] == 2
+    same(again, trained["plain"])
+
+
+def test_eval_of_the_checkpoint_gives_the_training_runs_metrics(trained):
+    run = trained["root"] / "plain"
+    res = ok(job([f"task={trained['task']}", *TINY, "action=eval", f"checkpoint={run}"],
+                 trained["root"] / "eval", trained["cache"]))
+    same(res, trained["plain"], keys=("metrics",))
+
+
+def test_predict_without_labels_gives_the_training_runs_predictions(trained):
+    task = trained["task"]
+    unlabelled = unlabelled_dev(task, sample(task, "validation"), trained["root"])
+    out = trained["root"] / "predict"
+    res = job([f"task={task}", *TINY, "action=predict", f"checkpoint={trained['root'] / 'plain'}",
+               f"data.predict_file={unlabelled}"], out, trained["cache"])
+    ok(res)
+    assert predictions(out) == predictions(trained["root"] / "plain")
+
+
+def test_score_of_the_runs_own_predictions_gives_its_metrics(trained):
+    task = trained["task"]
+    res = ok(job([f"task={task}", *TINY, "action=score", f"data.validation_file={sample(task, 'validation')}",
+                  f"score.predictions={trained['root'] / 'plain' / 'predictions.jsonl'}"],
+                 trained["root"] / "score", trained["cache"]))
+    same(res, trained["plain"], keys=("metrics",))
+
+
+def test_export_writes_the_native_class_or_refuses_in_one_line(trained):
+    from transformers import AutoConfig
+
+    res = job([f"task={trained['task']}", *TINY, "action=export", f"checkpoint={trained['root'] / 'plain'}"],
+              trained["root"] / "export", trained["cache"])
+    if res["status"] == "ok":
+        config = AutoConfig.from_pretrained(res["export_dir"])
+        assert config.num_labels == res["num_labels"] and config.architectures == [res["native_class"]]
+    else:
+        assert "cannot export" in refused_in_one_line(res)
+
+
+def test_ceiling_runs_or_refuses_in_one_line(trained):
+    task = trained["task"]
+    res = job([f"task={task}", *TINY, "action=ceiling"], trained["root"] / "ceiling", trained["cache"])
+    if res["status"] == "ok":
+        assert res["metrics"].get(compose([f"task={task}"]).task.main_metric) is not None
+    else:
+        assert "no pipeline ceiling" in refused_in_one_line(res)
+
+
+def test_embed_with_the_checkpoint(trained):
+    texts = trained["root"] / "texts.txt"
+    texts.write_text("서울에서 회의가 열렸다.\n오늘 날씨가 맑다.\n", encoding="utf-8")
+    embedded = ok(job([f"task={trained['task']}", *TINY, "action=embed", f"checkpoint={trained['root'] / 'plain'}",
+                       f"embed.input={texts}"], trained["root"] / "embed", trained["cache"]))
+    assert embedded["n_texts"] == 2 and embedded["dim"] > 0
+
+
+def one_task_per_head() -> list[str]:
+    from tasks import build_task
+
+    first: dict[str, str] = {}
+    for name in registered_tasks():
+        first.setdefault(build_task(compose([f"task={name}"]).task).head, name)
+    return sorted(first.values())
+
+
+@pytest.mark.parametrize("task", one_task_per_head())
+def test_pretrain_on_the_tasks_text_then_fine_tune_from_it(task, tmp_path, cache_dir):
+    """Task-adaptive pretraining: the task's own training text, then the task from that encoder."""
+    from tasks import build_task
+
+    built = build_task(compose([f"task={task}"]).task)
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(built.training_texts(built.read_file(str(sample(task, "train"))))) + "\n",
+                    encoding="utf-8")
+    pretrained = ok(job(["action=pretrain", "model=tiny", "model.tokenizer.vocab_size=200", f"data.train_file={text}",
+                         "train.max_steps=3", "train.max_length=64", "train.batch_size=8"], tmp_path / "pretrain", cache_dir))
+    assert pretrained["metrics"]["mlm_accuracy"] is not None
+    tuned = ok(job([f"task={task}", *SMALL, "train.max_steps=3", "model=klue", "model.init=pretrained",
+                    f"model.name_or_path={pretrained['model_dir']}"], tmp_path / "tuned", cache_dir))
+    assert tuned["metrics"].get(compose([f"task={task}"]).task.main_metric) is not None
