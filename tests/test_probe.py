@@ -1,5 +1,5 @@
-"""mode.layers=last4_concat (the last four layers side by side) and reading any layer choice out of
-a cache of every hidden state (what action=probe trains on)."""
+"""action=probe (one encoding of every hidden state, a head per layer choice) and
+mode.layers=last4_concat (the last four layers side by side)."""
 from __future__ import annotations
 
 import json
@@ -106,7 +106,84 @@ def test_with_layers_shares_the_encoder_and_starts_from_the_pooler():
     assert first.with_layers("last4_concat").head.dense.in_features == 4 * 32
 
 
-# ---- through run.py's job ---------------------------------------------------------------------------
+# ---- action=probe through run.py's job ---------------------------------------------------------------
+@pytest.fixture
+def count_encoding(monkeypatch):
+    """Counts cache builds (one per split encoded) and any encoder run outside them."""
+    import heads.feature_cache as feature_cache
+    from heads.model import KotuneModel
+
+    seen = {"builds": 0, "encoder_runs_outside": 0, "inside": False}
+    real_build, real_states = feature_cache._build, KotuneModel.layer_states
+
+    def counting_build(*args, **kwargs):
+        seen["builds"] += 1
+        seen["inside"] = True
+        try:
+            return real_build(*args, **kwargs)
+        finally:
+            seen["inside"] = False
+
+    def watched_states(self, *args, **kwargs):
+        seen["encoder_runs_outside"] += not seen["inside"]
+        return real_states(self, *args, **kwargs)
+
+    monkeypatch.setattr(feature_cache, "_build", counting_build)
+    monkeypatch.setattr(KotuneModel, "layer_states", watched_states)
+    return seen
+
+
+def test_probe_gives_a_row_per_choice_from_one_encoding(tmp_path, count_encoding):
+    res = job(["action=probe", "task=nli", *TINY, *FOUR_LAYERS, "mode=frozen", *FAST, "probe.seeds=[1,2]"],
+              tmp_path / "run", tmp_path / "cache")
+    assert res["status"] == "ok", res.get("traceback") or res.get("error")
+    assert count_encoding == {"builds": 2, "encoder_runs_outside": 0, "inside": False}  # train + validation, once
+    probe = res["probe"]
+    rows = {r["choice"]: r for r in probe["rows"]}
+    assert list(rows) == ["0", "1", "2", "3", "4", "last4_mean", "last4_concat", "scalar_mix"]
+    assert rows["last4_concat"]["indices"] == [1, 2, 3, 4] and rows["3"]["layers"] == [3]
+    for row in rows.values():
+        assert len(row["scores"]) == 2 and row["sd"] is not None
+        assert row["mean"] == pytest.approx(sum(row["scores"]) / 2)
+    assert len(rows["scalar_mix"]["scalar_mix"]["weights"]) == 5
+    assert probe["seeds"] == [1, 2] and probe["encode_s"] > 0 and probe["heads_s"] > 0
+    best = rows[probe["best"]]
+    assert best["mean"] == max(r["mean"] for r in rows.values())
+    assert res["main_score"] == pytest.approx(best["mean"]) and res["cache"]["states_per_token"] == 5
+    png = Path(probe["png"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    saved = json.loads((tmp_path / "run" / "results.json").read_text(encoding="utf-8"))
+    assert saved["probe"]["rows"] == probe["rows"] and saved["action"] == "probe"
+
+
+def test_probe_of_a_checkpoint_on_another_task_with_two_layers(tmp_path, count_encoding):
+    """A 2-layer encoder has no last four: its rows are layers 0-2 and the scalar mix. A checkpoint
+    lends only its encoder and tokenizer: an NLI model's encoder probed for NER with a new head."""
+    trained = job(["task=nli", *TINY, "train.max_steps=2"], tmp_path / "nli", tmp_path / "cache")
+    assert trained["status"] == "ok", trained.get("error")
+    count_encoding["builds"] = 0
+    res = job(["action=probe", "task=ner", *TINY, "mode=frozen", *FAST, f"checkpoint={tmp_path / 'nli'}"],
+              tmp_path / "run", tmp_path / "cache")
+    assert res["status"] == "ok", res.get("traceback") or res.get("error")
+    assert [r["choice"] for r in res["probe"]["rows"]] == ["0", "1", "2", "scalar_mix"]
+    assert all(len(r["scores"]) == 1 and r["sd"] is None for r in res["probe"]["rows"])
+    assert res["main_metric"] == "entity_f1" and res["checkpoint"] == str(tmp_path / "nli")
+    assert count_encoding["builds"] == 2 and (tmp_path / "run" / "probe.png").exists()
+
+
+@pytest.mark.parametrize("extra,words", [
+    ([], "action=probe trains heads on one encoding of a frozen encoder: use mode=frozen"),
+    (["mode=frozen", "probe.choices=middle"], "probe.choices=middle: expected all or a list"),
+    (["mode=frozen", "probe.choices=[1,middle]"], "mode.layers=middle: unknown layer choice"),
+    (["mode=frozen", "probe.choices=[last4_concat]"], "mode.layers=last4_concat needs 4 layers"),
+    (["mode=frozen", "probe.seeds=[1,x]"], "probe.seeds=[1, 'x']: expected a list of integers"),
+])
+def test_bad_probe_options_fail_with_one_line(extra, words, tmp_path, cache_dir):
+    res = job(["action=probe", "task=nli", *TINY, *extra, "train.max_steps=2"], tmp_path / "run", Path(cache_dir))
+    assert res["status"] == "failed" and res["error_type"] == "ConfigError", res.get("error")
+    assert words in res["error"] and "\n" not in res["error"]
+
+
 def test_frozen_run_with_last4_concat(tmp_path, cache_dir):
     res = job(["task=ner", *TINY, *FOUR_LAYERS, "mode=frozen", "mode.layers=last4_concat", *FAST,
                "save_model=false"], tmp_path / "run", Path(cache_dir))
