@@ -20,7 +20,7 @@ def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *,
     def vectors(ids, mask, token_types):
         return pool(mixer(mixer.states(encoder, ids, mask, token_types)), mask, pooling)
 
-    out = np.zeros((len(features), int(encoder.config.hidden_size)), dtype=np.float32)
+    out = np.zeros((len(features), int(encoder.config.hidden_size) * mixer.spec.width), dtype=np.float32)
     pad_id = getattr(encoder.config, "pad_token_id", None) or 0
     for rows, batch in iter_states(vectors, features, pad_token_id=pad_id, batch_size=batch_size,
                                    device=device, what="embedding"):

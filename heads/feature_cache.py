@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from heads.layers import LayerSpec
 from tasks.errors import ConfigError
 from tasks.log import log
 
@@ -123,12 +124,21 @@ class FeatureStore:
 
 
 class CachedInputs(torch.utils.data.Dataset):
-    """The split's model-input rows, each with its cached ``layer_states`` ([T, K, H])."""
+    """The split's model-input rows, each with its cached ``layer_states`` ([T, K, H]); with
+    ``spec``, the cache holds every hidden state and each row is reduced to what ``spec`` stores."""
 
-    def __init__(self, features, store: FeatureStore):
+    def __init__(self, features, store: FeatureStore, spec: LayerSpec | None = None):
         if len(features) != len(store):
             raise ValueError(f"{store.path}: {len(store)} cached rows for {len(features)} features")
-        self.features, self.store = features, store
+        every_state = list(range(store.meta["shape"][1]))
+        if spec is not None and store.meta["key_parts"]["layers"] != every_state:
+            raise ValueError(f"{store.path}: holds layers {store.meta['key_parts']['layers']}, not every "
+                             f"hidden state, so it cannot serve mode.layers={spec.describe()}")
+        self.features, self.store, self.spec = features, store, spec
+
+    def reading(self, spec: LayerSpec) -> "CachedInputs":
+        """The same rows for another layer choice (a cache of every hidden state: ``action=probe``)."""
+        return CachedInputs(self.features, self.store, spec)
 
     def __len__(self) -> int:
         return len(self.features)
@@ -136,7 +146,11 @@ class CachedInputs(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict:
         if not 0 <= i < len(self):
             raise IndexError(i)  # ends iteration by the sequence protocol (Trainer's length sampler)
-        return dict(self.features[int(i)], layer_states=self.store.row(int(i)))
+        states = self.store.row(int(i))
+        if self.spec is not None:  # only the chosen states leave the map
+            chosen = torch.from_numpy(np.asarray(states[:, list(self.spec.indices)], dtype=np.float32))
+            states = self.spec.select(dict(zip(self.spec.indices, chosen.unbind(-2)))).numpy()
+        return dict(self.features[int(i)], layer_states=states)
 
 
 def validate(path: str, key: str, lengths: np.ndarray, shape: tuple[int, int], dtype: str) -> str | None:

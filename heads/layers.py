@@ -5,25 +5,27 @@ layers, negative = from the end):
 
 - ``last``: the last layer (today's behaviour);
 - ``last4_mean``: the mean of the last four layers;
+- ``last4_concat``: the last four layers side by side (the head reads 4 × hidden per token);
 - ``scalar_mix``: ELMo's learnable mix over *all* L+1 states, ``γ · Σ softmax(w)_j h_j``;
 - ``[i, j, ...]``: the mean of those layers.
 
 The split into :meth:`LayerMixer.states` (fixed: what the frozen cache stores) and
 :meth:`LayerMixer.forward` (learned: only the scalar mix) is what lets a frozen run train on
 cached features: for a fixed choice the stored stack holds one pre-averaged state per token, for
-``scalar_mix`` it holds every layer.
+``last4_concat`` the four layers, for ``scalar_mix`` every layer (from which
+:meth:`LayerSpec.select` derives any other choice: ``action=probe`` encodes once).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from tasks.errors import ConfigError
 
-LAYER_NAMES = ("last", "last4_mean", "scalar_mix")
+LAYER_NAMES = ("last", "last4_mean", "last4_concat", "scalar_mix")
 POOLINGS = ("cls", "mean")
 
 
@@ -31,7 +33,7 @@ POOLINGS = ("cls", "mean")
 class LayerSpec:
     """A resolved ``mode.layers``: ``indices`` into the encoder's L+1 hidden states."""
 
-    name: str                  # last | last4_mean | scalar_mix | list
+    name: str                  # last | last4_mean | last4_concat | scalar_mix | list
     indices: tuple[int, ...]
 
     @property
@@ -39,9 +41,24 @@ class LayerSpec:
         return self.name == "scalar_mix"
 
     @property
+    def concat(self) -> bool:
+        return self.name == "last4_concat"
+
+    @property
     def stored(self) -> int:
         """States per token that the fixed part produces (and the cache stores)."""
-        return len(self.indices) if self.learned else 1
+        return len(self.indices) if self.learned or self.concat else 1
+
+    @property
+    def width(self) -> int:
+        """The head's input size in hidden sizes."""
+        return len(self.indices) if self.concat else 1
+
+    def select(self, hidden: Sequence[torch.Tensor] | Mapping[int, torch.Tensor]) -> torch.Tensor:
+        """The fixed part from the hidden states (``hidden[i]``: [..., H], i = 0..L or the chosen i):
+        [..., K, H] with K = :attr:`stored` (a mean of the chosen states when K = 1)."""
+        chosen = torch.stack([hidden[i] for i in self.indices], dim=-2)
+        return chosen if self.stored > 1 else chosen.mean(-2, keepdim=True)
 
     def describe(self) -> Any:
         return self.name if self.name != "list" else list(self.indices)
@@ -64,11 +81,11 @@ def parse_layers(value: Any, num_layers: int) -> LayerSpec:
     if isinstance(value, str):
         if value == "last":
             return LayerSpec("last", (num_layers,))
-        if value == "last4_mean":
+        if value in ("last4_mean", "last4_concat"):
             if num_layers < 4:
-                raise ConfigError(f"mode.layers=last4_mean needs 4 layers; the encoder has {num_layers} "
+                raise ConfigError(f"mode.layers={value} needs 4 layers; the encoder has {num_layers} "
                                   f"(use an index list such as mode.layers=[{max(1, num_layers - 1)},{num_layers}])")
-            return LayerSpec("last4_mean", tuple(range(num_layers - 3, num_layers + 1)))
+            return LayerSpec(value, tuple(range(num_layers - 3, num_layers + 1)))
         if value == "scalar_mix":
             return LayerSpec("scalar_mix", tuple(range(states)))
         raise ConfigError(f"mode.layers={value}: unknown layer choice (choices: {', '.join(LAYER_NAMES)}, "
@@ -138,15 +155,14 @@ class LayerMixer(nn.Module):
             kwargs["token_type_ids"] = token_type_ids
         if self.spec.name == "last":
             return encoder(**kwargs).last_hidden_state.unsqueeze(2)
-        hidden = encoder(**kwargs, output_hidden_states=True).hidden_states
-        chosen = torch.stack([hidden[i] for i in self.spec.indices], dim=2)
-        return chosen if self.spec.learned else chosen.mean(2, keepdim=True)
+        return self.spec.select(encoder(**kwargs, output_hidden_states=True).hidden_states)
 
     def forward(self, stack: torch.Tensor) -> torch.Tensor:
-        """The learned part: [B, T, K, H] → [B, T, H]."""
+        """The learned part: [B, T, K, H] → [B, T, H] (the mix, or the one state), or [B, T, K·H]
+        (``last4_concat``: the K states side by side)."""
         if self.scalar_mix is not None:
             return self.scalar_mix(stack)
-        return stack[:, :, 0]
+        return stack.flatten(-2)
 
     def report(self) -> dict:
         out: dict[str, Any] = {"layers": self.spec.describe(), "indices": list(self.spec.indices)}

@@ -40,8 +40,10 @@ class KotuneModel(nn.Module):
     accepts_loss_kwargs = False
 
     def __init__(self, encoder: nn.Module, head_kind: str, head_kwargs: dict, *, frozen: bool = False,
-                 meta: dict | None = None, layers: Any = "last", pooling: str | None = None):
+                 meta: dict | None = None, layers: Any = "last", pooling: str | None = None,
+                 pooler_state: dict | None = None):
         super().__init__()
+        self.pooler_state = pooler_state  # the encoder's pooler weights, once taken out of it (_native_head)
         if head_kind not in HEADS:
             raise ConfigError(f"unknown head '{head_kind}' (choices: {', '.join(sorted(HEADS))})")
         self.encoder = encoder
@@ -62,8 +64,9 @@ class KotuneModel(nn.Module):
 
     def _native_head(self, encoder: nn.Module, head_kind: str) -> nn.Module:
         """The head in its architecture's native shape and init (heads/native.py). BERT's sequence
-        head takes over the encoder's pooler (the checkpoint's, when it has one); any pooler then
-        leaves the encoder: the head pools, and unused parameters would break DDP."""
+        head takes over the encoder's pooler (the checkpoint's, when it has one) unless it reads
+        concatenated layers; any pooler then leaves the encoder (the head pools, and unused
+        parameters would break DDP), its weights kept in ``pooler_state`` for :meth:`with_layers`."""
         config = encoder.config
         head_class = HEADS[head_kind]
         accepted = inspect.signature(head_class).parameters
@@ -72,13 +75,21 @@ class KotuneModel(nn.Module):
             self.head_kwargs.setdefault("architecture", head_style(config))
         native_init = {"init_std": float(getattr(config, "initializer_range", None) or 0.02)} \
             if "init_std" in accepted else {}  # heads with no HF counterpart (RE, DP) keep their own init
-        head = head_class(config.hidden_size, **self.head_kwargs, **native_init)
+        head = head_class(config.hidden_size * self.mixer.spec.width, **self.head_kwargs, **native_init)
         pooler = getattr(encoder, "pooler", None)
         if pooler is not None:
-            if takes_pooler(config, head_kind) and self.head_kwargs.get("architecture") == "bert":
-                head.dense.load_state_dict(pooler.dense.state_dict())
+            self.pooler_state = pooler.dense.state_dict() if hasattr(pooler, "dense") else None
             encoder.pooler = None
+        if (self.pooler_state is not None and takes_pooler(config, head_kind) and self.mixer.spec.width == 1
+                and self.head_kwargs.get("architecture") == "bert"):
+            head.dense.load_state_dict(self.pooler_state)
         return head
+
+    def with_layers(self, layers: Any) -> "KotuneModel":
+        """A new head of this kind on this model's encoder (shared, not copied), reading ``layers``
+        and initialised as this model's head was (``action=probe``: one encoder, a head per choice)."""
+        return KotuneModel(self.encoder, self.head_kind, self.head_kwargs, frozen=self.frozen, meta=self.meta,
+                           layers=layers, pooler_state=self.pooler_state)
 
     def train(self, mode: bool = True):
         super().train(mode)

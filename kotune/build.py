@@ -146,13 +146,15 @@ class Built:
         self.cache_report: dict = {}
 
 
-def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
-    """Task, splits, encoder side (fresh or ``checkpoint=``), the model and encoded features."""
+def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Built:
+    """Task, splits, encoder side (fresh or ``checkpoint=``), the model and encoded features.
+    ``new_head``: a checkpoint gives only its tokenizer and encoder; the head and the labels are
+    new, from ``cfg`` and the train split (``action=probe``)."""
     from heads.model import KotuneModel
 
     seed_everything(int(cfg.train.seed))
     task = build_task(cfg.task)
-    if cfg.get("checkpoint"):
+    if cfg.get("checkpoint") and not new_head:
         loaded = load_encoder_side(cfg, task, None)
         task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_kind}, cfg.checkpoint)
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
@@ -177,7 +179,7 @@ def build(cfg: DictConfig, need: tuple[str, ...]) -> Built:
         log(f"encoding {split}: {len(data.examples)} examples")
         features[split] = encode_cached(task, data.examples, loaded.tokenizer, settings, cfg.cache_dir)
     built = Built(task, splits, loaded.tokenizer, model, features, loaded.max_length)
-    if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint")):
+    if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint") or new_head):
         use_frozen_cache(cfg, built)
     return built
 

@@ -31,4 +31,5 @@ ACTIONS: dict[str, Action] = {
     "pretrain": _module_action("kotune.actions.pretrain"),
     "score": _module_action("kotune.actions.score"),
     "export": _module_action("kotune.actions.export"),
+    "probe": _module_action("kotune.actions.probe"),
 }
