@@ -9,6 +9,7 @@ or refuses in one line saying why:
 - ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl;
 - ``score`` of the run's own predictions.jsonl = the training run's metrics;
 - ``export`` writes the native class, or refuses in one line; ``ceiling`` and ``embed`` run;
+- ``probe`` (frozen heads on two layer choices of one encoding) runs on the trained encoder;
 - ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind).
 """
 from __future__ import annotations
@@ -216,6 +217,14 @@ def test_embed_with_the_checkpoint(trained):
     embedded = ok(job([f"task={trained['task']}", *TINY, "action=embed", f"checkpoint={trained['root'] / 'plain'}",
                        f"embed.input={texts}"], trained["root"] / "embed", trained["cache"]))
     assert embedded["n_texts"] == 2 and embedded["dim"] > 0
+
+
+def test_probe_with_the_checkpoints_encoder(trained):
+    res = ok(job([f"task={trained['task']}", *TINY, "mode=frozen", "action=probe", "train.max_steps=2",
+                  "probe.choices=[0,scalar_mix]", f"checkpoint={trained['root'] / 'plain'}"],
+                 trained["root"] / "probe", trained["cache"]))
+    assert [row["choice"] for row in res["probe"]["rows"]] == ["0", "scalar_mix"]
+    assert (trained["root"] / "probe" / "probe.png").exists()
 
 
 def one_task_per_head() -> list[str]:
