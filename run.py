@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+import kotune_data
 from tasks import build_task
 from tasks.base import EncodeSettings, Split, Task, encode_cached, fingerprint, load_splits
 from tasks.errors import ConfigError, KotuneError
@@ -40,6 +41,7 @@ def default_learning_rate(frozen: bool, init: str, recipe: float) -> float:
 
 
 OmegaConf.register_new_resolver("kotune_lr", default_learning_rate, replace=True)
+OmegaConf.register_new_resolver("kotune_data", kotune_data.data_path, replace=True)  # data=demo
 # the scalar mix's default rate: never slower than the rest, at least 1e-3 (at fine-tuning's 5e-5 its
 # weights barely leave uniform: 0.086 vs 0.077 after 2,344 NLI steps; 0.42 at 1e-3)
 OmegaConf.register_new_resolver("kotune_mix_lr", lambda lr: max(float(lr), 1.0e-3), replace=True)
