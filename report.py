@@ -29,8 +29,10 @@ import textwrap
 from pathlib import Path
 from typing import Any, Iterable
 
+import kotune_data
+
 ROOT = Path(__file__).resolve().parent
-PAPER_FILE = ROOT / "kotune_data" / "klue_paper.csv"
+PAPER_FILE = Path(kotune_data.data_path("klue_paper.csv"))
 TASK_CONF = ROOT / "conf" / "task"
 # Config keys that identify the row/column (task, model, mode), the seed (averaged over) or that
 # do not change a result: none of them makes two runs different settings.

@@ -1,10 +1,13 @@
-"""What conf/ needs resolved in Python: the learning-rate defaults (``${kotune_lr:…}``,
-``${kotune_mix_lr:…}``), registered when ``kotune`` is imported, and where the config lives."""
+"""What conf/ needs resolved in Python — the learning-rate defaults (``${kotune_lr:…}``,
+``${kotune_mix_lr:…}``) and the packaged data files (``${kotune_data:demo/train.tsv}``) —
+registered when ``kotune`` is imported, and where the config lives."""
 from __future__ import annotations
 
 import os
 
 from omegaconf import OmegaConf
+
+import kotune_data
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 GROUPS = ("task", "model", "mode", "train", "data")  # the config groups a user picks on the command line
@@ -30,3 +33,4 @@ def default_mix_learning_rate(learning_rate: float) -> float:
 
 OmegaConf.register_new_resolver("kotune_lr", default_learning_rate, replace=True)
 OmegaConf.register_new_resolver("kotune_mix_lr", default_mix_learning_rate, replace=True)
+OmegaConf.register_new_resolver("kotune_data", kotune_data.data_path, replace=True)  # data=demo
