@@ -62,6 +62,11 @@ def tag_parts(tag: str, suffix: bool) -> tuple[str, str] | None:
     return (m.group(2), m.group(1)) if suffix else (m.group(1), m.group(2))
 
 
+def looks_like_tag(field: str) -> bool:
+    """``O`` or an entity tag in any scheme (``B-PER``, ``PER-B``)."""
+    return field == "O" or bool(tag_parts(field, False) or tag_parts(field, True))
+
+
 def detect_scheme(tags: Iterable[str]) -> str | None:
     """The scheme every tag fits: prefix (``B-X``) before suffix (``X-B``), ``iobes`` when any
     ``S``/``E`` occurs; ``none`` when no tag is an entity tag (e.g. POS tags); None when some
@@ -130,9 +135,12 @@ def units_of(line: str, join: str) -> list[str]:
 def detect_layout(lines: list[str], skip, untagged_join: str | None = None) -> str:
     """``sentence`` when most content lines are ``WORDS<TAB>TAGS`` with several tags, else ``conll``
     (one unit per line: a CoNLL tag column never holds a space). With ``untagged_join`` (a predict
-    file may have no tags): a file without tabs is ``sentence`` when most lines hold several units."""
+    file may have no tags): a file without tabs is ``sentence`` when most lines hold several units,
+    unless every line ends in a tag (``word B-PER``: CoNLL columns split by spaces)."""
     content = [line for line in lines if line.strip() and not skip(line)]
     if untagged_join is not None and not any("\t" in line for line in content):
+        if all(len(line.split()) >= 2 and looks_like_tag(line.split()[-1]) for line in content):
+            return "conll"
         several = sum(1 for line in content if len(units_of(line, untagged_join)) >= 2)
     else:
         several = sum(1 for line in content if line.count("\t") == 1 and len(line.split("\t")[1].split()) >= 2)

@@ -208,3 +208,13 @@ def test_malformed_unlabelled_file_is_one_line_naming_file_and_line(task, text, 
     with pytest.raises(DataError) as err:
         build_task(compose([f"task={task}"]).task).read_file(str(path), labelled=False)
     assert where in str(err.value) and "\n" not in str(err.value)
+
+
+def test_predict_reads_a_tagged_file_split_by_spaces_as_columns_with_its_tags(tmp_path):
+    """A file without tabs whose lines end in a tag is CoNLL (``word tag``), not sentences of two words."""
+    from tasks import build_task
+
+    path = tmp_path / "spaced.conll"
+    path.write_text("임태호 B-PER\n씨는 O\n\n여수 B-LOC\n", encoding="utf-8")
+    examples = build_task(compose(["task=token_cls"]).task).read_file(str(path), labelled=False)
+    assert [(ex["units"], ex["tags"]) for ex in examples] == [(["임태호", "씨는"], ["B-PER", "O"]), (["여수"], ["B-LOC"])]
