@@ -112,7 +112,8 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
 def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
     """The requested task, with the options the checkpoint's model depends on taken from what was
     saved (``Task.saved_options``): a different head is an error, an encoding difference a warning
-    (the saved value is used). Another task that fits (an NLI model on a text_pair file) is fine."""
+    (the saved value is used), a requested ``auto`` what it resolved to in training. Another task
+    that fits (an NLI model on a text_pair file) is fine."""
     saved_head = meta.get("head")
     if saved_head and saved_head != task.head:  # e.g. QA's task.decode=char needs the span_char head
         raise ConfigError(f"checkpoint {checkpoint} has a '{saved_head}' head; task {task.name} with these "
@@ -121,6 +122,10 @@ def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
     changes = {}
     for option, policy in task.saved_options.items():
         if option not in saved or saved[option] == task.cfg.get(option):
+            continue
+        if policy == "auto":  # what "auto" found in the training data stands in for a requested auto
+            if task.cfg.get(option) in (None, "auto"):
+                changes[option] = saved[option]
             continue
         if policy == "error":
             raise ConfigError(f"task.{option}={task.cfg.get(option)}: checkpoint {checkpoint} was trained with "

@@ -71,7 +71,8 @@ class Task:
     head: str = "sequence"
     # task options a trained model depends on, saved with it and compared on reload (action=eval,
     # predict): "error" where another value gives a different model (refuse), "saved" where the
-    # saved value is used with a warning (the model was trained to see that encoding)
+    # saved value is used with a warning (the model was trained to see that encoding), "auto" where
+    # the task records in self.cfg what a requested ``auto`` resolved to in training, used for auto
     saved_options: dict[str, str] = {}
     # tokens the task's encoding needs as new vocabulary entries (KLUE RE's <subj> markers): the
     # loader adds them to the tokenizer and resizes the encoder's embeddings (heads/encoder.py)

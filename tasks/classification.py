@@ -8,6 +8,7 @@ which ``data.<role>_column`` replaces; ``Task.use_columns``), never guessed. Lab
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Iterable
 
 import numpy as np
@@ -38,7 +39,9 @@ class ClassificationTask(Task):
         require_columns(path, records, needed, self.column_options)
         examples = []
         for where, row in records:
-            ex = {"id": str(row.get(cols.get("id") or "guid", f"{path}:{where}"))}
+            # no id column: file name and row, as token tasks do (the same rows have the same ids
+            # wherever the file lies, so predictions line up with a copy without labels)
+            ex = {"id": str(row.get(cols.get("id") or "guid", f"{os.path.basename(path)}:{where}"))}
             ex["text"] = self._text(path, where, field(path, where, row, cols.text))
             if cols.get("text_pair"):
                 ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair))

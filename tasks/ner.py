@@ -62,6 +62,11 @@ def tag_parts(tag: str, suffix: bool) -> tuple[str, str] | None:
     return (m.group(2), m.group(1)) if suffix else (m.group(1), m.group(2))
 
 
+def looks_like_tag(field: str) -> bool:
+    """``O`` or an entity tag in any scheme (``B-PER``, ``PER-B``)."""
+    return field == "O" or bool(tag_parts(field, False) or tag_parts(field, True))
+
+
 def detect_scheme(tags: Iterable[str]) -> str | None:
     """The scheme every tag fits: prefix (``B-X``) before suffix (``X-B``), ``iobes`` when any
     ``S``/``E`` occurs; ``none`` when no tag is an entity tag (e.g. POS tags); None when some
@@ -116,12 +121,45 @@ def inside_sentence(lines: list[str], n: int, skip) -> bool:
     return bool(following.strip()) and not skip(following)
 
 
-def detect_layout(lines: list[str], skip) -> str:
+def read_lines(path: str) -> list[str]:
+    with open_text(path) as f:
+        return [raw.rstrip("\r\n") for raw in text_lines(path, f)]
+
+
+def units_of(line: str, join: str) -> list[str]:
+    """The units of an untagged sentence line: its words (``join`` " ") or its characters, spaces
+    included (``join`` "", as KLUE NER)."""
+    return line.split() if join else list(line)
+
+
+def detect_layout(lines: list[str], skip, untagged_join: str | None = None) -> str:
     """``sentence`` when most content lines are ``WORDS<TAB>TAGS`` with several tags, else ``conll``
-    (one unit per line: a CoNLL tag column never holds a space)."""
+    (one unit per line: a CoNLL tag column never holds a space). With ``untagged_join`` (a predict
+    file may have no tags): a file without tabs is ``sentence`` when most lines hold several units,
+    unless every line ends in a tag (``word B-PER``: CoNLL columns split by spaces)."""
     content = [line for line in lines if line.strip() and not skip(line)]
-    several = sum(1 for line in content if line.count("\t") == 1 and len(line.split("\t")[1].split()) >= 2)
+    if untagged_join is not None and not any("\t" in line for line in content):
+        if all(len(line.split()) >= 2 and looks_like_tag(line.split()[-1]) for line in content):
+            return "conll"
+        several = sum(1 for line in content if len(units_of(line, untagged_join)) >= 2)
+    else:
+        several = sum(1 for line in content if line.count("\t") == 1 and len(line.split("\t")[1].split()) >= 2)
     return "sentence" if content and several * 2 > len(content) else "conll"
+
+
+class TagPresence:
+    """A file tags every unit or, read for ``action=predict``, none: its first unit row decides,
+    and a row that disagrees is an error naming both lines."""
+
+    def __init__(self, path: str):
+        self.path, self.first = path, None
+
+    def check(self, n: int, tagged: bool) -> None:
+        if self.first is None:
+            self.first = (n, tagged)
+        elif tagged != self.first[1]:
+            raise DataError(self.path, n, f"{'a tag' if tagged else 'no tag'}, but line {self.first[0]} has "
+                                          f"{'none' if tagged else 'one'} (tag every unit or none)")
 
 
 class Warnings:
@@ -278,7 +316,8 @@ class TokenTask(Task):
 
     head = "token"
     # decode picks the head; how units are joined and which subwords carry labels shape its input
-    saved_options = {"decode": "error", "join": "saved", "label_subwords": "saved"}
+    # and the tag scheme auto found in the training file writes the predictions of an untagged file
+    saved_options = {"decode": "error", "join": "saved", "label_subwords": "saved", "scheme": "auto"}
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -305,44 +344,48 @@ class TokenTask(Task):
     # ---- reading -------------------------------------------------------------------------
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
         """CoNLL columns or one sentence per line (``task.layout``), tags in any scheme
-        (``task.scheme``) read into IOB2; ``-DOCSTART-`` and ``task.comment_prefix`` lines skipped."""
-        comment = self.cfg.get("comment_prefix")
-
-        def skip(line: str) -> bool:
-            return line.startswith("-DOCSTART-") or bool(comment and line.startswith(comment))
-
-        with open_text(path) as f:
-            lines = [raw.rstrip("\r\n") for raw in text_lines(path, f)]
-        layout_name = self.layout if self.layout != "auto" else detect_layout(lines, skip)
+        (``task.scheme``) read into IOB2; ``-DOCSTART-`` and ``task.comment_prefix`` lines skipped.
+        ``labelled=False`` (action=predict) also takes files without tags: CoNLL with the unit column
+        only, or one sentence per line (words for ``task.join=" "``, characters for ``join=""``)."""
+        lines = read_lines(path)
+        untagged_join = None if labelled else self.join
+        layout_name = self.layout if self.layout != "auto" else detect_layout(lines, self.is_comment, untagged_join)
         if self.layout == "auto":
             log(f"{path}: layout {layout_name} (detected; task.layout= overrides)")
         read = self._read_sentences if layout_name == "sentence" else self._read_conll
-        sentences = read(path, lines, skip)
-        self._resolve_scheme(path, sentences)
+        return self._examples(path, read(path, lines, labelled), layout_name)
+
+    def is_comment(self, line: str) -> bool:
+        comment = self.cfg.get("comment_prefix")
+        return line.startswith("-DOCSTART-") or bool(comment and line.startswith(comment))
+
+    def _examples(self, path: str, sentences: list, layout_name: str) -> list[dict]:
+        """Examples of (first line, units, tags or None, line of each unit) tuples, tags in IOB2."""
+        self._resolve_scheme(path, [s for s in sentences if s[2] is not None])
         warnings, examples = Warnings(), []
         for first, units, tags, unit_lines in sentences:
-            iob = []
-            for tag, n in zip(tags, unit_lines):
-                converted = to_iob2(tag, self.scheme)
-                if converted is None:
-                    raise DataError(path, n, f"tag '{tag}' does not fit the tag scheme {self.scheme} "
-                                             f"({self.scheme_from}): set task.scheme= one of "
-                                             f"{', '.join(SCHEMES[1:])}")
-                self._check_tag(path, n, converted)
-                iob.append(converted)
-            ex = {"id": f"{os.path.basename(path)}:{first}", "source": path, "line": first,
-                  "units": units, "tags": iob}
+            ex = {"id": f"{os.path.basename(path)}:{first}", "source": path, "line": first, "units": units}
+            if tags is not None:
+                ex["tags"] = [self._iob2(path, n, tag) for tag, n in zip(tags, unit_lines)]
+                orphan_and_space_checks(ex, warnings)
             if layout_name == "sentence":
                 ex["layout"] = "sentence"
             examples.append(ex)
-        for ex in examples:
-            orphan_and_space_checks(ex, warnings)
         warnings.summary(path)
         return examples
 
+    def _iob2(self, path: str, n: int, tag: str) -> str:
+        converted = to_iob2(tag, self.scheme)
+        if converted is None:
+            raise DataError(path, n, f"tag '{tag}' does not fit the tag scheme {self.scheme} "
+                                     f"({self.scheme_from}): set task.scheme= one of {', '.join(SCHEMES[1:])}")
+        self._check_tag(path, n, converted)
+        return converted
+
     def _resolve_scheme(self, path: str, sentences: list) -> None:
-        """task.scheme=auto: the first file read (the training file) decides the scheme."""
-        if self.scheme is not None:
+        """task.scheme=auto: the first file read with tags (the training file) decides the scheme,
+        and ``task.scheme`` records it (saved with the model for untagged files)."""
+        if self.scheme is not None or not sentences:
             return
         tags = [t for _, _, tags, _ in sentences for t in tags]
         scheme = detect_scheme(tags)
@@ -354,15 +397,17 @@ class TokenTask(Task):
                                         f"({'X-B' if suffix else 'B-X'}): fix it, or set task.scheme=none "
                                         "to learn the tags as they are (no entity F1)")
         self.scheme, self.scheme_from = scheme, f"detected in {path}"
+        self.cfg.scheme = scheme
         if scheme == "none":
             log(f"{path}: no entity tags: tag scheme none (tag accuracy only; task.scheme= overrides)")
         else:
             log(f"{path}: tag scheme {scheme} (detected; read as IOB2, predictions written back in it; "
                 "task.scheme= overrides)")
 
-    def _read_conll(self, path: str, lines: list[str], skip) -> list:
+    def _read_conll(self, path: str, lines: list[str], labelled: bool) -> list:
         """One unit per line, columns split by tab (or by whitespace when the line has no tab),
-        blank line between sentences: (first line, units, tags, line of each unit) per sentence."""
+        blank line between sentences: (first line, units, tags, line of each unit) per sentence;
+        unlabelled, the unit alone on its line (tags None)."""
         cols = self.cfg.get("columns") or {}
         token_col, tag_col = int(cols.get("token", 0)), int(cols.get("tag", -1))
         sentences: list = []
@@ -370,27 +415,38 @@ class TokenTask(Task):
         tags: list[str] = []
         unit_lines: list[int] = []
         n_cols = None
+        presence = TagPresence(path)
 
         def close():
             if units:
-                sentences.append((unit_lines[0], list(units), list(tags), list(unit_lines)))
+                sentences.append((unit_lines[0], list(units), list(tags) if tags else None, list(unit_lines)))
             units.clear()
             tags.clear()
             unit_lines.clear()
 
         for n, line in enumerate(lines, 1):
             if not line.strip() and "\t" not in line:
-                if line and units and inside_sentence(lines, n, skip):
-                    raise DataError(path, n, "no tag (a space character without its tag? a blank line "
-                                             "between sentences must be empty)")
+                if line and units and inside_sentence(lines, n, self.is_comment):
+                    if labelled or self.join:
+                        raise DataError(path, n, "no tag (a space character without its tag? a blank line "
+                                                 "between sentences must be empty)")
+                    presence.check(n, False)  # a space character of an untagged character file
+                    units.append(line)
+                    unit_lines.append(n)
+                    continue
                 close()
                 continue
-            if skip(line):
+            if self.is_comment(line):
                 continue
             row = line.split("\t") if "\t" in line else line.split()
-            if len(row) < 2:
+            if len(row) < 2 and labelled:
                 raise DataError(path, n, f"no tag (a unit{' or a space' if self.join == '' else ''} alone; "
                                          f"expected UNIT<TAB>TAG)")
+            presence.check(n, len(row) >= 2)
+            if len(row) < 2:
+                units.append(row[0])
+                unit_lines.append(n)
+                continue
             n_cols = n_cols or len(row)
             try:
                 if len(row) != n_cols:
@@ -411,13 +467,20 @@ class TokenTask(Task):
         close()
         return sentences
 
-    @staticmethod
-    def _read_sentences(path: str, lines: list[str], skip) -> list:
-        """One sentence per line: space-separated words, a tab, as many space-separated tags."""
+    def _read_sentences(self, path: str, lines: list[str], labelled: bool) -> list:
+        """One sentence per line: space-separated words, a tab, as many space-separated tags;
+        unlabelled, the sentence alone (words for ``task.join=" "``, else characters; tags None)."""
         sentences = []
+        presence = TagPresence(path)
         for n, line in enumerate(lines, 1):
-            if not line.strip() or skip(line):
+            if not line.strip() or self.is_comment(line):
                 continue
+            if "\t" not in line and not labelled:
+                presence.check(n, False)
+                units = units_of(line, self.join)
+                sentences.append((n, units, None, [n] * len(units)))
+                continue
+            presence.check(n, True)
             if line.count("\t") != 1:
                 raise DataError(path, n, f"{line.count(chr(9))} tabs, expected 1 (task.layout=sentence: "
                                          "WORDS<TAB>TAGS)")
@@ -579,8 +642,8 @@ class TokenTask(Task):
     def prediction_records(self, outputs: list[list[str]], examples: list[dict]) -> list[dict]:
         """Tags written in the files' own scheme (IOBES, PER-B, ...), as they were read."""
         scheme = self.scheme or "iob2"
-        return [{"id": ex["id"], "text": self.text(ex), "prediction": from_iob2(out, scheme),
-                 "gold": from_iob2(ex["tags"], scheme) if "tags" in ex else None}
+        return [dict({"id": ex["id"], "text": self.text(ex), "prediction": from_iob2(out, scheme)},
+                     **({"gold": from_iob2(ex["tags"], scheme)} if "tags" in ex else {}))
                 for out, ex in zip(outputs, examples)]
 
     # ---- pipeline ceiling ----------------------------------------------------------------
@@ -652,8 +715,13 @@ class NerTask(TokenTask):
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
         """KLUE's TSV: ``##`` comment lines, the last ``## guid<TAB>tagged sentence`` line before a
         sentence's rows names it, ``CHAR<TAB>TAG`` rows (the character may be a space), a blank line
-        between sentences."""
-        warnings, examples = Warnings(), []
+        between sentences. ``labelled=False`` (action=predict) also takes the TSV without its tag
+        column and plain text, one sentence per line (its characters, spaces included, are the units)."""
+        lines = read_lines(path)
+        if not labelled and detect_layout(lines, self.is_comment, self.join) == "sentence":
+            log(f"{path}: plain text, one sentence per line (no tabs)")
+            return self._examples(path, self._read_sentences(path, lines, labelled), "sentence")
+        warnings, examples, presence = Warnings(), [], TagPresence(path)
         cur: dict | None = None
         header: tuple[str, int] | None = None  # (guid, line) of the latest sentence header
         header_used = True
@@ -664,18 +732,30 @@ class NerTask(TokenTask):
                 examples.append(cur)
             cur = None
 
-        with open_text(path) as f:
-            lines = [raw.rstrip("\r\n") for raw in text_lines(path, f)]
+        def add(n: int, char: str, tag: str | None) -> None:
+            nonlocal cur, header_used
+            presence.check(n, tag is not None)
+            if cur is None:
+                guid = header[0] if header and not header_used else f"{os.path.basename(path)}:{n}"
+                header_used = True
+                cur = {"id": guid, "source": path, "line": n, "units": [], **({"tags": []} if tag is not None else {})}
+            cur["units"].append(char)
+            if tag is not None:
+                cur["tags"].append(tag)
+
         for n, line in enumerate(lines, 1):
-            if line.startswith("##"):
+            if self.is_comment(line):
                 close()
                 if "\t" in line:
                     header, header_used = (line[2:].split("\t", 1)[0].strip(), n), False
                 continue
             if "\t" not in line and not line.strip():
-                if line and cur is not None and inside_sentence(lines, n, lambda x: x.startswith("##")):
-                    raise DataError(path, n, "no tag (a space character without its tag? a blank "
-                                             "line between sentences must be empty)")
+                if line and cur is not None and inside_sentence(lines, n, self.is_comment):
+                    if labelled:
+                        raise DataError(path, n, "no tag (a space character without its tag? a blank "
+                                                 "line between sentences must be empty)")
+                    add(n, line, None)  # a space character of an untagged file
+                    continue
                 if cur is None and not header_used:
                     warnings.warn("empty sentence", f"{path}:{header[1]}",
                                   f"sentence {header[0]} has no characters (skipped)")
@@ -683,6 +763,9 @@ class NerTask(TokenTask):
                 close()
                 continue
             row = line.split("\t")
+            if len(row) == 1 and not labelled:
+                add(n, line, None)
+                continue
             if len(row) == 1 or not row[1].strip():
                 raise DataError(path, n, "no tag (expected CHAR<TAB>TAG)")
             if len(row) != 2:
@@ -691,19 +774,18 @@ class NerTask(TokenTask):
             if not char:
                 raise DataError(path, n, "empty character column")
             self._check_tag(path, n, tag)
-            if cur is None:
-                guid = header[0] if header and not header_used else f"{os.path.basename(path)}:{n}"
-                header_used = True
-                cur = {"id": guid, "source": path, "line": n, "units": [], "tags": []}
-            cur["units"].append(char)
-            cur["tags"].append(tag)
+            add(n, char, tag)
         close()
         if cur is None and not header_used and header is not None:
             warnings.warn("empty sentence", f"{path}:{header[1]}", f"sentence {header[0]} has no characters (skipped)")
         for ex in examples:
-            orphan_and_space_checks(ex, warnings)
+            if "tags" in ex:
+                orphan_and_space_checks(ex, warnings)
         warnings.summary(path)
         return examples
+
+    def is_comment(self, line: str) -> bool:
+        return line.startswith("##")
 
     def read_hub(self, rows, path: str) -> list[dict]:
         """Hub rows (``klue/klue`` ``ner``): ``tokens`` are characters (spaces included), ``ner_tags``

@@ -41,7 +41,8 @@ class QATask(Task):
     """Extractive QA over SQuAD-shaped data; see the module docstring."""
 
     # decode picks the head; the window layout is what the model learned to read
-    saved_options = {"decode": "error", "doc_stride": "saved", "max_question_length": "saved"}
+    # and null answers as the training data had them (task.null_answers=auto) decode any other file
+    saved_options = {"decode": "error", "doc_stride": "saved", "max_question_length": "saved", "null_answers": "auto"}
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -140,6 +141,7 @@ class QATask(Task):
             raise KotuneError("the training split has no gold answers")
         if self.allow_null is None:  # task.null_answers: auto → as the training data has them
             self.allow_null = any(ex["impossible"] for ex in train)
+            self.cfg.null_answers = self.allow_null  # saved with the model (saved_options)
 
     def holdout_group(self, example: dict) -> str | None:
         """Questions on the same passage split together (the passage is what a reader learns)."""
