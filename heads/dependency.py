@@ -82,7 +82,8 @@ class DependencyHead(nn.Module):
                  lstm_size: int = 0, init: str = "zero"):
         super().__init__()
         if word_pooling not in WORD_POOLINGS or init not in BIAFFINE_INITS:
-            raise ValueError(f"word_pooling={word_pooling!r} (one of {WORD_POOLINGS}), init={init!r} (one of {BIAFFINE_INITS})")
+            raise ValueError(f"word_pooling={word_pooling!r} (one of {WORD_POOLINGS}), "
+                             f"init={init!r} (one of {BIAFFINE_INITS})")
         self.word_pooling = word_pooling
         width = hidden_size * (2 if word_pooling == "first_last" else 1)
         self.pos_embedding = nn.Embedding(num_pos, pos_dim) if pos_dim > 0 else None
@@ -137,7 +138,8 @@ class DependencyHead(nn.Module):
                 token_word: torch.Tensor, pos_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         nodes, exists = self.word_states(hidden_states, token_word)
         if self.pos_embedding is not None:
-            nodes = torch.cat([nodes, self.pos_dropout(self.pos_embedding(self._root_and_words(pos_ids, nodes.size(1))))], -1)
+            pos = self.pos_embedding(self._root_and_words(pos_ids, nodes.size(1)))
+            nodes = torch.cat([nodes, self.pos_dropout(pos)], -1)
         if self.lstm is not None:
             dependents, candidates = self.lstm(nodes, exists)
         else:

@@ -111,7 +111,8 @@ def test_dependency_head_options_shapes_loss_and_gradients(options):
     if head.pos_embedding is not None:
         assert head.pos_embedding.weight.grad.abs().sum() > 0
     if head.lstm is not None:
-        assert head.lstm.encoder.weight_ih_l0.grad.abs().sum() > 0 and head.lstm.decoder.weight_hh_l0.grad.abs().sum() > 0
+        assert head.lstm.encoder.weight_ih_l0.grad.abs().sum() > 0
+        assert head.lstm.decoder.weight_hh_l0.grad.abs().sum() > 0
     head.eval()
     pred_heads, pred_labels = head(hidden, None, TOKEN_WORD, pos_ids=POS_IDS)
     assert pred_heads.shape == (2, 3) and pred_labels.shape == (2, 3)
@@ -193,8 +194,8 @@ def test_a_model_without_pos_predicts_a_file_of_bare_words(run_job, tmp_path):
     trained = run_job(["task=dp", "model=tiny", "data=sample", "train.max_steps=2"], name="train")
     assert trained["status"] == "ok", trained.get("error")
     words = write(tmp_path, "words.txt", "철수가\n책을\n읽었다.\n\n영희가\n웃었다.\n")
-    predicted = run_job(["task=dp", "action=predict", f"checkpoint={tmp_path / 'train'}", f"data.predict_file={words}"],
-                        name="predict")
+    predicted = run_job(["task=dp", "action=predict", f"checkpoint={tmp_path / 'train'}",
+                         f"data.predict_file={words}"], name="predict")
     assert predicted["status"] == "ok", predicted.get("error")
     rows = [json.loads(line) for line in open(predicted["predictions_file"], encoding="utf-8")]
     assert [r["words"] for r in rows] == [["철수가", "책을", "읽었다."], ["영희가", "웃었다."]]
