@@ -2,11 +2,20 @@
 
 * reading: KLUE's official TSV, one word per line ``INDEX WORD_FORM LEMMA POS HEAD DEPREL``,
   ``##`` comment lines (the ``## guid<TAB>sentence`` line opens a sentence), a blank line between
-  sentences. Only WORD_FORM, HEAD and DEPREL are used (no POS features).
+  sentences. WORD_FORM, HEAD and DEPREL are used, and POS with ``task.pos=true``. A file to
+  predict (``action=predict``) may lack HEAD and DEPREL (``INDEX WORD_FORM LEMMA POS``, or
+  ``INDEX WORD_FORM``), or be just one word per line.
+* POS features (``task.pos``): as KLUE-baseline (``convert_examples_to_features`` in
+  klue_baseline/data/klue_dp.py) a word's tag is the *last* of its morphemes' tags (``NNG+JKS`` →
+  ``JKS``: the particle or ending that marks the word's function), an id in its tag list
+  (``get_pos_labels``, ``POS_TAGS`` here); a tag outside it, or a missing one (``_``, ``-``, empty),
+  gets the id ``UNKNOWN_POS`` (the reference would crash) and is counted in the log.
 * encoding: the words joined by spaces are tokenized with offsets; each token knows its word
   (``token_word``, -100 for specials) through the character alignment NER uses (tasks/ner.py), so
   it holds for every tokenizer. The head (heads/dependency.py) builds a state per word (its first
-  subword or the mean of its subwords, ``task.word_pooling``) and [CLS] stands for the root.
+  subword, the mean of its subwords, or its first and last ones, ``task.word_pooling``; with
+  ``task.pos`` its tag's embedding; with ``task.lstm`` a word-level LSTM on top) and [CLS] stands
+  for the root.
   Gold heads are word numbers (0 = root); a word lost to truncation or without any subword has no
   state: it is not trained on (-100), and neither is a word whose gold head is such a word.
 * decoding: the head predicts per word the best-scoring head and the label at that head (at
@@ -31,8 +40,25 @@ from tasks.io import open_text, text_lines
 from tasks.log import log
 from tasks.ner import Warnings, align, layout
 
-WORD_POOLINGS = ("first", "mean")
-N_COLUMNS = 6  # INDEX WORD_FORM LEMMA POS HEAD DEPREL
+WORD_POOLINGS = ("first", "mean", "first_last")
+BIAFFINE_INITS = ("zero", "xavier")
+
+COLUMNS = ("INDEX", "WORD_FORM", "LEMMA", "POS", "HEAD", "DEPREL")
+POS_COLUMN = COLUMNS.index("POS")
+# KLUE-baseline's POS tag list, in its order (get_pos_labels() in klue_baseline/data/klue_dp.py)
+POS_TAGS = ("NNG", "NNP", "NNB", "NP", "NR", "VV", "VA", "VX", "VCP", "VCN", "MMA", "MMD", "MMN", "MAG",
+            "MAJ", "JC", "IC", "JKS", "JKC", "JKG", "JKO", "JKB", "JKV", "JKQ", "JX", "EP", "EF", "EC",
+            "ETN", "ETM", "XPN", "XSN", "XSV", "XSA", "XR", "SF", "SP", "SS", "SE", "SO", "SL", "SH",
+            "SW", "SN", "NA")
+UNKNOWN_POS = len(POS_TAGS)  # a tag outside the list, or none; the head adds the root's id after it
+NUM_POS_IDS = len(POS_TAGS) + 2
+MISSING_POS = ("", "_", "-")
+POS_ID = {tag: k for k, tag in enumerate(POS_TAGS)}
+
+
+def pos_id(pos: str | None) -> int:
+    """A word's POS id: its last morpheme's tag (KLUE-baseline: ``pos.split("+")[-1]``)."""
+    return POS_ID.get((pos or "").split("+")[-1], UNKNOWN_POS)
 
 
 def word_of_tokens(words: list[str], offsets: list[tuple[int, int]], special: list[bool],
@@ -55,13 +81,22 @@ class DependencyTask(Task):
     """KLUE DP (``task=dp``)."""
 
     head = "dependency"
-    saved_options = {"word_pooling": "error"}  # which subword states make a word's state
+    # which subword states make a word's state, whether POS ids are model inputs, the word LSTM
+    saved_options = {"word_pooling": "error", "pos": "error", "lstm": "error"}
 
     def __init__(self, cfg):
         super().__init__(cfg)
         self.word_pooling = str(cfg.get("word_pooling", "first"))
         if self.word_pooling not in WORD_POOLINGS:
             raise ConfigError(f"task.word_pooling={self.word_pooling}: choose one of {', '.join(WORD_POOLINGS)}")
+        self.biaffine_init = str(cfg.get("biaffine_init", "zero"))
+        if self.biaffine_init not in BIAFFINE_INITS:
+            raise ConfigError(f"task.biaffine_init={self.biaffine_init}: choose one of {', '.join(BIAFFINE_INITS)}")
+        self.pos, self.lstm = bool(cfg.get("pos", False)), bool(cfg.get("lstm", False))
+        self.pos_dim, self.lstm_size = int(cfg.get("pos_dim", 256)), int(cfg.get("lstm_size", 768))
+        for option, value in (("pos_dim", self.pos_dim), ("lstm_size", self.lstm_size)):
+            if value < 1:
+                raise ConfigError(f"task.{option}={value}: must be a positive size")
 
     # ---- reading -------------------------------------------------------------------------
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
@@ -89,31 +124,62 @@ class DependencyTask(Task):
                 if not line.strip():
                     close()
                     continue
-                row = line.split("\t")
-                if len(row) != N_COLUMNS:
-                    raise DataError(path, n, f"{len(row)} tab-separated columns, expected {N_COLUMNS} "
-                                             "(INDEX WORD_FORM LEMMA POS HEAD DEPREL)")
-                index, word, _, _, head, deprel = (c.strip() for c in row)
+                row = [c.strip() for c in line.split("\t")]
                 if cur is None:
                     guid = header[0] if header else f"{os.path.basename(path)}:{n}"
-                    cur = {"id": guid, "source": path, "line": n, "words": [], "heads": [], "deprels": []}
+                    cur = {"id": guid, "source": path, "line": n, "words": [], "pos": [], "heads": [], "deprels": []}
+                if len(row) == 1 and not labelled:  # a bare word per line
+                    row = [str(len(cur["words"]) + 1), row[0]]
+                self._check_columns(path, n, row, labelled)
+                index, word = row[0], row[1]
                 if not index.isdigit() or int(index) != len(cur["words"]) + 1:
                     raise DataError(path, n, f"word index {index!r}, expected {len(cur['words']) + 1}")
                 if not word or any(ch.isspace() for ch in word):
                     raise DataError(path, n, f"word form {word!r} is empty or contains a space")
-                if not head.isdigit():
-                    raise DataError(path, n, f"head {head!r} is not a word number")
-                if self.labels is not None and deprel not in label_set:
-                    raise DataError(path, n, f"unknown relation '{deprel}' (expected one of: "
-                                             f"{', '.join(self.labels)})")
                 cur["words"].append(word)
-                cur["heads"].append(int(head))
-                cur["deprels"].append(deprel)
+                cur["pos"].append(row[POS_COLUMN] if len(row) > POS_COLUMN else "")
+                if labelled:
+                    head, deprel = row[4], row[5]
+                    if not head.isdigit():
+                        raise DataError(path, n, f"head {head!r} is not a word number")
+                    if self.labels is not None and deprel not in label_set:
+                        raise DataError(path, n, f"unknown relation '{deprel}' (expected one of: "
+                                                 f"{', '.join(self.labels)})")
+                    cur["heads"].append(int(head))
+                    cur["deprels"].append(deprel)
         close()
+        if self.pos:
+            self._check_pos(path, examples)
         return examples
+
+    def _check_columns(self, path: str, n: int, row: list[str], labelled: bool) -> None:
+        expected = " ".join(COLUMNS)
+        if labelled and len(row) != len(COLUMNS):
+            raise DataError(path, n, f"{len(row)} tab-separated columns, expected {len(COLUMNS)} ({expected})")
+        if not labelled and len(row) > len(COLUMNS):
+            raise DataError(path, n, f"{len(row)} tab-separated columns, expected at most {len(COLUMNS)} "
+                                     f"({expected}; HEAD and DEPREL may be absent, or one word per line)")
+        if self.pos and len(row) <= POS_COLUMN:
+            raise DataError(path, n, f"no POS column (column {POS_COLUMN + 1} of {expected}) and task.pos=true: "
+                                     "the model reads POS tags (a model trained with task.pos=false does not)")
+
+    @staticmethod
+    def _check_pos(path: str, examples: list[dict]) -> None:
+        """With task.pos: a file with no tags at all is an error; unknown or missing tags are counted."""
+        tags = [p for ex in examples for p in ex["pos"]]
+        missing = sum(p in MISSING_POS for p in tags)
+        if tags and missing == len(tags):
+            raise DataError(path, None, "the POS column is empty ('_', '-' or blank) on every row and task.pos=true: "
+                                        "set task.pos=false")
+        unknown = Counter(p.split("+")[-1] for p in tags if p not in MISSING_POS and pos_id(p) == UNKNOWN_POS)
+        if missing or unknown:
+            log(f"{path}: {missing} word(s) without a POS tag and {sum(unknown.values())} with a tag outside "
+                f"KLUE's list ({', '.join(t for t, _ in unknown.most_common(5)) or 'none'}) get the unknown-POS id")
 
     @staticmethod
     def _check_tree(path: str, ex: dict) -> None:
+        if not ex["heads"]:  # an unlabelled sentence (action=predict)
+            return
         n = len(ex["words"])
         for k, h in enumerate(ex["heads"]):
             if h > n or h == k + 1:
@@ -134,10 +200,12 @@ class DependencyTask(Task):
     # ---- encoding ------------------------------------------------------------------------
     def head_kwargs(self) -> dict:
         return {"num_labels": len(self.labels), "word_pooling": self.word_pooling,
-                "arc_dim": int(self.cfg.get("arc_dim", 512)), "label_dim": int(self.cfg.get("label_dim", 128))}
+                "arc_dim": int(self.cfg.get("arc_dim", 512)), "label_dim": int(self.cfg.get("label_dim", 128)),
+                "num_pos": NUM_POS_IDS if self.pos else 0, "pos_dim": self.pos_dim if self.pos else 0,
+                "lstm_size": self.lstm_size if self.lstm else 0, "init": self.biaffine_init}
 
     def model_columns(self, features) -> list[str]:
-        return super().model_columns(features) + ["token_word"]
+        return super().model_columns(features) + ["token_word"] + (["pos_ids"] if self.pos else [])
 
     def encode(self, examples: list[dict], tokenizer, settings: EncodeSettings):
         import datasets
@@ -150,6 +218,8 @@ class DependencyTask(Task):
                         return_token_type_ids=settings.token_type_ids)
         cols: dict[str, list] = {k: list(v) for k, v in enc.items() if k != "offset_mapping"}
         cols.update(token_word=[], n_words=[], represented=[], heads=[], deprels=[])
+        if self.pos:
+            cols["pos_ids"] = [[pos_id(p) for p in ex["pos"]] for ex in examples]
         label_id = {name: k for k, name in enumerate(self.labels)}
         lost = Counter()
         warnings = Warnings()
@@ -169,7 +239,7 @@ class DependencyTask(Task):
                                   f"sentence {ex['id']}: word {k + 1} {ex['words'][k]!r} is {why}: it gets "
                                   "the fallback guess")
             heads, deprels = [], []
-            for k in range(width):
+            for k in range(width if ex["heads"] else 0):  # an unlabelled sentence: nothing to train on
                 h = ex["heads"][k]
                 ok = represented[k] and (h == 0 or represented[h - 1])
                 heads.append(h if ok else IGNORE)
@@ -209,7 +279,8 @@ class DependencyTask(Task):
 
     def prediction_records(self, outputs: list[dict], examples: list[dict]) -> list[dict]:
         return [{"id": ex["id"], "words": ex["words"], "heads": out["heads"], "deprels": out["deprels"],
-                 "gold_heads": ex["heads"], "gold_deprels": ex["deprels"]} for out, ex in zip(outputs, examples)]
+                 "gold_heads": ex["heads"] or None, "gold_deprels": ex["deprels"] or None}
+                for out, ex in zip(outputs, examples)]
 
     # ---- pipeline ceiling ----------------------------------------------------------------
     def ceiling(self, features, examples: list[dict]) -> tuple[dict[str, float], dict]:

@@ -10,6 +10,9 @@ Accepted files (the format is told by the content, the columns by ``score.*``):
   prediction_text). Tag sequences (NER) are a JSON list or whitespace-separated tags.
 - KLUE RE: a row's ``probabilities`` ({relation: probability}, as kotune's predictions.jsonl
   writes them) give AUPRC; without them only micro F1 is scored, with a one-line note.
+- a prediction spread over several columns (DP: ``heads`` and ``deprels``, as kotune's DP
+  ``predictions.jsonl`` writes them) is read as a dict of those columns when the file has no
+  single prediction column.
 
 Every gold id needs exactly one prediction: missing or extra ids, and labels outside the task's
 label set, are one-line errors that name counts and the first few ids or labels.
@@ -26,6 +29,7 @@ from tasks.re import RelationTask
 
 PREDICTION_COLUMNS = ("prediction", "label", "answer", "prediction_text")
 PROBABILITIES = "probabilities"  # per class, beside a predicted label (kotune's RE predictions.jsonl)
+RECORD_COLUMNS = (("heads", "deprels"),)  # predictions made of several columns (DP)
 SHOWN = 5
 
 
@@ -58,7 +62,8 @@ def read_predictions(path: str, id_column: str = "id", prediction_column: str | 
         raise DataError(path, None, "no predictions in the file")
     where0, row0 = rows[0]
     column = prediction_column or next((c for c in PREDICTION_COLUMNS if c in row0), None)
-    if column is None or column not in row0:
+    record = None if column else next((r for r in RECORD_COLUMNS if all(c in row0 for c in r)), None)
+    if record is None and (column is None or column not in row0):
         raise DataError(path, where0, f"no prediction column (looked for "
                                       f"{prediction_column or ', '.join(PREDICTION_COLUMNS)}; the file has "
                                       f"{', '.join(row0)}): set score.prediction_column")
@@ -70,9 +75,12 @@ def read_predictions(path: str, id_column: str = "id", prediction_column: str | 
         key = str(row.get(id_column))
         if key in out:
             raise DataError(path, where, f"id {key!r} is predicted twice")
-        value = row.get(column)
-        out[key] = LabelWithProbabilities(value, row[PROBABILITIES]) \
-            if isinstance(value, str) and row.get(PROBABILITIES) is not None else value
+        if record:
+            out[key] = {c: row.get(c) for c in record}
+        else:
+            value = row.get(column)
+            out[key] = LabelWithProbabilities(value, row[PROBABILITIES]) \
+                if isinstance(value, str) and row.get(PROBABILITIES) is not None else value
     return out
 
 
@@ -127,6 +135,10 @@ def to_outputs(task, values: list[Any], examples: list[dict], path: str) -> list
         return outputs
     if isinstance(task, RelationTask):
         return _relation_outputs(task, values, examples, path)
+    if kind == "dependency":  # a head (word number, 0 = root) and a relation per word
+        outputs = [_dependency(v, ex, path) for v, ex in zip(values, examples)]
+        check_labels([d for out in outputs for d in out["deprels"]], list(task.labels), path, "relation")
+        return outputs
     if getattr(task, "regression", False):
         outputs = []
         for v, ex in zip(values, examples):
@@ -166,3 +178,20 @@ def _relation_outputs(task: RelationTask, values: list[Any], examples: list[dict
             raise DataError(path, None, f"id {ex['id']!r}: a probability that is not finite")
         outputs.append({"label": str(v), "probs": row})
     return outputs
+def _dependency(value: Any, ex: dict, path: str) -> dict:
+    """``{"heads": [...], "deprels": [...]}`` (or its JSON text) → the DP decode() output, checked."""
+    if isinstance(value, str) and value.strip().startswith("{"):
+        import json
+
+        value = json.loads(value)
+    if not isinstance(value, dict) or not {"heads", "deprels"} <= set(value):
+        raise DataError(path, None, f"id {ex['id']!r}: a DP prediction needs heads and deprels (columns "
+                                    "'heads' and 'deprels', as kotune's predictions.jsonl), got "
+                                    f"{str(value)[:60]!r}")
+    heads, deprels = _tags(value["heads"]), _tags(value["deprels"])
+    n = len(ex["words"])
+    if len(heads) != n or len(deprels) != n:
+        raise DataError(path, None, f"id {ex['id']!r}: {len(heads)} heads and {len(deprels)} deprels for {n} words")
+    if not all(h.isdigit() and int(h) <= n for h in heads):
+        raise DataError(path, None, f"id {ex['id']!r}: heads {heads} are not word numbers 0..{n}")
+    return {"heads": [int(h) for h in heads], "deprels": deprels}
