@@ -53,10 +53,10 @@ def overrides(setting: str, steps: int, seed: int, lr: float, cache: Path) -> li
 
 
 def train_scores(setting: str, steps: int, seed: int, lr: float, cache: Path, work: Path) -> dict[str, float]:
-    import run
+    from kotune.job import execute
 
     cfg = compose(overrides(setting, steps, seed, lr, cache))
-    res = run.execute(cfg, str(work / f"{setting.replace(' ', '_')}-{seed}"))
+    res = execute(cfg, str(work / f"{setting.replace(' ', '_')}-{seed}"))
     if res["status"] != "ok":
         raise SystemExit(f"{setting} seed {seed}: {res.get('error')}")
     return {m: float(res["metrics"][m]) for m in METRICS}
@@ -102,9 +102,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if not DEV.exists():
         raise SystemExit(f"{DEV} not found: this benchmark reads the shared data")
-    import run
+    from kotune.runtime import quiet_libraries
 
-    run.quiet_libraries()
+    quiet_libraries()
     work = Path(tempfile.mkdtemp(prefix="kotune-dp-"))
     cache = work / "cache"
     seeds = range(1, args.seeds + 1)

@@ -38,7 +38,7 @@ from tasks.collate import IGNORE
 from tasks.errors import ConfigError, DataError
 from tasks.io import open_text, text_lines
 from tasks.log import log
-from tasks.ner import Warnings, align, layout
+from tasks.tagging import Warnings, align, layout
 
 WORD_POOLINGS = ("first", "mean", "first_last")
 BIAFFINE_INITS = ("zero", "xavier")

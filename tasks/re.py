@@ -42,7 +42,7 @@ from tasks.base import EncodeSettings, Task
 from tasks.errors import ConfigError, DataError
 from tasks.io import field, read_records
 from tasks.log import log, warn
-from tasks.ner import Warnings
+from tasks.tagging import Warnings
 
 POOLINGS = ("cls", "entity_start")
 MARKERS = ("typed_punct", "klue")

@@ -11,7 +11,7 @@ from conftest import compose, shared_path
 from tasks import build_task
 from tasks.base import EncodeSettings
 from tasks.errors import DataError
-from tasks.ner import align
+from tasks.tagging import align
 
 NER_DEV = "data/klue/klue-ner-v1.1_dev.tsv"
 NER_METRICS = {"entity_f1", "entity_f1_micro", "char_f1", "char_f1_with_o"}
@@ -182,7 +182,7 @@ IN_SCHEME = {  # the first sentence as each scheme writes it
 
 
 def tagging_file(tmp_path, layout: str, scheme: str, name: str = "tags.txt") -> str:
-    from tasks.ner import from_iob2
+    from tasks.tagging import from_iob2
 
     if layout == "sentence":
         text = "".join(f"{words}\t{' '.join(from_iob2(tags, scheme))}\n" for words, tags in SENTENCES)
@@ -193,7 +193,7 @@ def tagging_file(tmp_path, layout: str, scheme: str, name: str = "tags.txt") -> 
 
 
 def test_scheme_conversions_round_trip():
-    from tasks.ner import detect_scheme, from_iob2, to_iob2
+    from tasks.tagging import detect_scheme, from_iob2, to_iob2
 
     for scheme, tags in IN_SCHEME.items():
         assert from_iob2(SENTENCES[0][1], scheme) == tags
@@ -361,7 +361,7 @@ def test_tiny_ner_end_to_end_and_reload(decode, run_job, tmp_path):
                               for i in range(8)), ["PER-S", O, "LOC-S", O], "iobes_suffix"),
 ])
 def test_token_cls_end_to_end(name, text, first_gold, scheme, run_job, tmp_path):
-    from tasks.ner import to_iob2
+    from tasks.tagging import to_iob2
 
     path = write(tmp_path, text, name)
     res = run_job(["task=token_cls", "model=tiny", f"data.train_file={path}", f"data.validation_file={path}",

@@ -17,7 +17,7 @@ TOKEN_TRAIN = ["train.max_steps=40", "train.learning_rate=3e-3"]
 NER_SAMPLES = Path(__file__).resolve().parents[1] / "tasks" / "samples" / "ner"
 # what each trained run is told: the task, its options, its files (default: the task's samples)
 SETUPS = {**{task: [f"task={task}"] for task in ("ynat", "nli", "sts", "re", "text_cls", "korquad", "mrc", "qa")},
-          "text_pair": ["task=text_pair", "data.text_column=question1", "data.text_pair_column=question2"],
+          "text_pair": ["task=text_pair"],
           "ner": ["task=ner", *TOKEN_TRAIN], "token_cls": ["task=token_cls", *TOKEN_TRAIN],
           # a tag per character (task.join=""), on KLUE NER's samples read as CoNLL
           "token_cls_chars": ["task=token_cls", "task.join=", "task.comment_prefix='##'", *TOKEN_TRAIN,

@@ -14,7 +14,7 @@ from tasks import build_task
 from tasks.base import EncodeSettings
 from tasks.collate import IGNORE
 from tasks.errors import DataError
-from tasks.ner import Warnings
+from tasks.tagging import Warnings
 from tasks.re import entity_window, mark
 from test_ner import wordpiece
 
