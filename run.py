@@ -714,7 +714,7 @@ def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
     collator, Trainer; held-out masked-token accuracy and perplexity with one fixed masking before
     and after training; ``model/`` is a standard Hugging Face directory."""
     from heads.encoder import load_tokenizer
-    from heads.mlm import held_out_curve, load_mlm_model, mlm_metrics
+    from heads.mlm import held_out_curve, load_mlm_model, masked_lm_trainer, mlm_metrics
     from tasks import pretrain
 
     p, seed = cfg.pretrain, int(cfg.train.seed)
@@ -739,9 +739,10 @@ def action_pretrain(cfg: DictConfig, run_dir: str) -> dict:
     log(f"before: masked-token accuracy {initial['mlm_accuracy']:.2f} %, perplexity {initial['perplexity']:.1f}")
     args = training_arguments(cfg, run_dir, ["labels"], do_eval=False)
     curve = [{"step": 0, **initial}]
-    trainer = trainer_class()(model=model, args=args, train_dataset=pretrain.model_rows(blocks["train"], whole),
-                              data_collator=pretrain.mlm_collator(tokenizer, p),
-                              callbacks=[held_out_curve(held_out, int(p.get("eval_every") or 0), curve)])
+    trainer = masked_lm_trainer(trainer_class())(
+        model=model, args=args, train_dataset=pretrain.KeyedRows(pretrain.model_rows(blocks["train"], whole)),
+        data_collator=pretrain.training_collator(tokenizer, p, seed),
+        callbacks=[held_out_curve(held_out, int(p.get("eval_every") or 0), curve)])
     log(f"pretraining: {len(blocks['train'])} blocks of {max_length} tokens, "
         f"{sum(x.numel() for x in model.parameters()):,} parameters")
     trainer.kotune_config = resume_identity(cfg)
