@@ -16,6 +16,8 @@ optimizer). Medians over all measured steps. Prints tokens/s and the peak memory
 ``--profile`` the top operators of one step of each, and
 ``RESULT pretrain_speedup_vs_packed_mini=… pretrain_speedup_vs_packed_base=… loss_equal_at_step0=yes|no``
 (step 0: kotune's masked-position loss and the stock forward's loss on the same batch and weights).
+``--paired-steps N`` adds the median ratio of stock and kotune steps taken back to back on the same
+batch (forward, backward, AdamW; no Trainer), which a drifting load on a shared machine disturbs less.
 """
 from __future__ import annotations
 
@@ -128,6 +130,37 @@ def measure(make, initial, tokens_per_step: int, steps: int, profile: bool) -> t
     return [tokens_per_step / g for g in gaps], memory.peak_bytes
 
 
+def paired_ratios(initial, tokenizer, rows: list[dict], batch: int, steps: int) -> list[float]:
+    """Stock step time ÷ kotune step time, the two steps taken back to back on the same batch (order
+    alternating), each on its own copy of the weights with its own AdamW: on a shared machine the
+    load drifts within seconds less than between two Trainer runs. One warm-up pair is dropped."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from bench.common import timed
+    from heads.mlm import masked_lm_loss
+    from tasks import pretrain
+
+    collator = pretrain.training_collator(tokenizer, OmegaConf.create({"mlm_probability": 0.15, "whole_word": False}), 0)
+    keyed = pretrain.KeyedRows(pretrain.model_rows(rows, False))
+    losses = {"stock": lambda m, b: m(**b).loss, "kotune": masked_lm_loss}
+    models = {name: copy.deepcopy(initial) for name in losses}
+    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-3) for name, m in models.items()}
+    ratios = []
+    for step in range(steps + 1):
+        inputs = collator([keyed[(0, step * batch + i)] for i in range(batch)])
+        seconds = {}
+        for name in (("stock", "kotune") if step % 2 else ("kotune", "stock")):
+            with timed() as t:
+                losses[name](models[name], inputs).backward()
+                optimizers[name].step()
+                optimizers[name].zero_grad()
+            seconds[name] = t["s"]
+        if step:
+            ratios.append(seconds["stock"] / seconds["kotune"])
+    return ratios
+
+
 def step0_losses(model, tokenizer, rows: list[dict]) -> tuple[float, float]:
     """The stock forward's loss and kotune's on one batch (kotune's masks), initial weights, no dropout."""
     import torch
@@ -173,6 +206,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=6, help="measured steps per round, mini shape")
     p.add_argument("--base-steps", type=int, default=2, help="measured steps per round, base shape")
     p.add_argument("--shapes", default="mini,base")
+    p.add_argument("--paired-steps", type=int, default=0,
+                   help="also time this many stock and kotune steps back to back (drift-robust ratio)")
     p.add_argument("--before", action="store_true", help="also kotune's step before masked-position prediction")
     p.add_argument("--bf16", action="store_true", help="also kotune with train.precision=bf16 (autocast)")
     p.add_argument("--profile", action="store_true", help="print the top operators of each variant's first round")
@@ -188,7 +223,7 @@ def main() -> None:
     for path in CORPUS:
         with open(path, encoding="utf-8") as f:
             lines += [line.strip() for line in f if line.strip()]
-    results, equal = {}, True
+    results, paired, equal = {}, {}, True
     for name in a.shapes.split(","):
         tokenizer, rows, initial, tokens_per_step, batch = shape_setup(name, lines, a.cache_dir)
         stock_loss, kotune_loss = step0_losses(initial, tokenizer, rows)
@@ -211,12 +246,17 @@ def main() -> None:
                 memory[variant] = max(memory.get(variant, 0), peak)
                 print(f"  round {round_ + 1} {variant:11s} {median(measured):9,.0f} tokens/s", flush=True)
         results[name] = {v: median(r) for v, r in rates.items()}
+        if a.paired_steps:
+            paired[name] = median(paired_ratios(initial, tokenizer, rows, batch, a.paired_steps))
+            print(f"{name} paired steps: stock ÷ kotune step time, median of {a.paired_steps}: {paired[name]:.2f}",
+                  flush=True)
         for variant, rate in results[name].items():
             print(f"{name} {variant:11s} median {rate:9,.0f} tokens/s over {len(rates[variant])} steps, "
                   f"peak memory +{memory[variant] / 2**20:,.0f} MiB", flush=True)
     speedups = " ".join(f"pretrain_speedup_vs_packed_{n}={r['kotune'] / r['stock']:.2f}" for n, r in results.items())
     rates = " ".join(f"{n}_{v}_tokens_per_s={x:.0f}" for n, r in results.items() for v, x in r.items())
-    print(f"RESULT {speedups} loss_equal_at_step0={'yes' if equal else 'no'} {rates}")
+    paired_text = "".join(f" paired_step_speedup_{n}={r:.2f}" for n, r in paired.items())
+    print(f"RESULT {speedups} loss_equal_at_step0={'yes' if equal else 'no'}{paired_text} {rates}")
 
 
 if __name__ == "__main__":
