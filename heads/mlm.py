@@ -1,6 +1,7 @@
 """The masked-LM model of ``action=pretrain``: ``AutoModelForMaskedLM`` from a hub id or a local
 directory (continued pretraining from the checkpoint's own MLM head), or from its config with
-random weights; and the held-out masked-token accuracy and perplexity."""
+random weights; its loss computed at the masked positions only; and the held-out masked-token
+accuracy and perplexity."""
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ from heads.encoder import _from_hub_or_cache, build_config
 from tasks.collate import IGNORE
 from tasks.errors import ConfigError
 from tasks.log import log, warn
+from tasks.pretrain import EpochSampler
 
 
 def sinusoidal_positions(model: torch.nn.Module) -> None:
@@ -85,6 +87,38 @@ def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
     return model
 
 
+# The MLM head of each ``*ForMaskedLM`` kotune computes at the masked positions only: hidden states
+# [N, hidden] → logits [N, vocab], exactly what the class's own forward applies at every position.
+MASKED_LM_HEADS = {
+    "bert": lambda model, hidden: model.cls(hidden),
+    "roberta": lambda model, hidden: model.lm_head(hidden),
+    "electra": lambda model, hidden: model.generator_lm_head(model.generator_predictions(hidden)),
+}
+
+
+def masked_logits(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits and gold ids of the labelled positions of ``batch`` (row-major order): the encoder
+    runs on every position, the MLM head (transform and vocabulary projection) only on the ~15 %
+    that carry a label. Why: the projection onto the vocabulary is most of a small model's FLOPs
+    (README, "Pretrain or adapt an encoder"). Architectures not in ``MASKED_LM_HEADS`` run their
+    own full forward."""
+    labels = batch["labels"]
+    chosen = labels != IGNORE
+    head = MASKED_LM_HEADS.get(model.config.model_type)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    if head is None:
+        return model(**inputs).logits[chosen], labels[chosen]
+    hidden = model.base_model(**inputs).last_hidden_state
+    return head(model, hidden[chosen]), labels[chosen]
+
+
+def masked_lm_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """The ``*ForMaskedLM`` loss (mean cross-entropy over the labelled positions) from
+    ``masked_logits``: equal to the model's own, with its gradients."""
+    logits, gold = masked_logits(model, batch)
+    return torch.nn.functional.cross_entropy(logits, gold)
+
+
 @torch.no_grad()
 def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
     """Masked-token accuracy (%) and perplexity (exp of the mean cross-entropy over the masked
@@ -94,16 +128,13 @@ def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
     device = next(model.parameters()).device
     loss_sum, correct, count = 0.0, 0, 0
     for batch in batches:
-        batch = {k: v.to(device) for k, v in batch.items()}
-        labels = batch.pop("labels")
-        logits = model(**batch).logits.float()
-        chosen = labels != IGNORE
-        if not chosen.any():
+        picked, gold = masked_logits(model, {k: v.to(device) for k, v in batch.items()})
+        if not len(gold):
             continue
-        picked, gold = logits[chosen], labels[chosen]
+        picked = picked.float()
         loss_sum += float(torch.nn.functional.cross_entropy(picked, gold, reduction="sum"))
         correct += int((picked.argmax(-1) == gold).sum())
-        count += int(chosen.sum())
+        count += len(gold)
     model.train(was_training)
     if not count:
         return {"mlm_accuracy": float("nan"), "perplexity": float("nan"), "mlm_loss": float("nan"), "n_masked": 0}
@@ -126,3 +157,22 @@ def held_out_curve(batches: list[dict], every: int, curve: list[dict]):
                     f"loss {point['mlm_loss']:.3f}")
 
     return HeldOutCurve()
+
+
+def masked_lm_trainer(base: type) -> type:
+    """``base`` (a ``transformers.Trainer`` class) for pretraining: the loss is ``masked_lm_loss``
+    (the MLM head at the masked positions only), and the training rows come in
+    ``tasks.pretrain.EpochSampler``'s order, keyed for ``KeyedRows`` and ``KeyedMasking`` (exact
+    resume). A wrapped model (DistributedDataParallel, ``train.compile``) keeps its own forward:
+    calling its inner modules would bypass the wrapper."""
+    class MaskedLMTrainer(base):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if return_outputs or model is not self.model:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            return masked_lm_loss(model, inputs)
+
+        def _get_train_sampler(self, train_dataset=None):
+            dataset = self.train_dataset if train_dataset is None else train_dataset
+            return EpochSampler(len(dataset), self.args.data_seed if self.args.data_seed is not None else self.args.seed)
+
+    return MaskedLMTrainer

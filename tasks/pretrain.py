@@ -1,18 +1,20 @@
 """``action=pretrain``, the data side: read text lines, hold some out, tokenize them once with
 character offsets, pack them into full ``max_length`` blocks ([SEP] between lines, no padding),
 and build the library's masked-LM collator (whole-word masking over whitespace-separated words,
-Korean eojeol, decided from the offsets). No modules here: the model is heads/mlm.py's.
+Korean eojeol, decided from the offsets), with training masks keyed on the seed and the batch's
+place in training (exact resume). No modules here: the model is heads/mlm.py's.
 """
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 
+import torch
 from omegaconf import DictConfig
 
 from tasks.embed import read_texts
 from tasks.errors import ConfigError, DataError
-from tasks.log import log
 
 OBJECTIVES = ("mlm",)
 
@@ -163,3 +165,63 @@ def masked_batches(rows: list[dict], collator, batch_size: int) -> list[dict]:
     """The held-out blocks masked once, in order, by a seeded collator: the same masks before and
     after training."""
     return [collator(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
+
+
+class EpochSampler(torch.utils.data.Sampler):
+    """A seeded shuffle of the training rows per epoch (seed + epoch, as accelerate's seedable
+    sampler) that yields ``(epoch, row)`` keys, so a batch knows its place in training. Trainer
+    calls ``set_epoch`` before every epoch, a resumed one included."""
+
+    def __init__(self, n_rows: int, seed: int):
+        self.n_rows, self.seed, self.epoch = n_rows, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    def __iter__(self):
+        order = torch.randperm(self.n_rows, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+        return iter([(self.epoch, row) for row in order.tolist()])
+
+
+class KeyedRows(torch.utils.data.Dataset):
+    """Training rows read by ``EpochSampler``'s ``(epoch, row)`` keys; each item carries its key."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key: tuple[int, int]) -> dict:
+        return {**self.rows[key[1]], "mask_key": key}
+
+
+def batch_seed(seed: int, epoch: int, rows: list[int]) -> int:
+    """A 64-bit generator seed from the run's seed, the epoch and the batch's rows."""
+    return int.from_bytes(hashlib.blake2b(repr((seed, epoch, rows)).encode(), digest_size=8).digest(), "little")
+
+
+class KeyedMasking:
+    """The library collator with each batch's masks drawn from a generator keyed on ``seed`` and
+    the batch's place in training (epoch and rows, from ``KeyedRows``). Why: the library draws from
+    the global torch RNG, which Trainer restores only after the first resumed batch is fetched (and
+    which dataloader workers do not share), so a resumed run masked differently from an
+    uninterrupted one. Keyed masks are the same whenever and wherever a batch is collated, and
+    differ across epochs."""
+
+    def __init__(self, collator, seed: int):
+        self.collator, self.seed = collator, seed
+
+    def __call__(self, items: list[dict]) -> dict:
+        epoch = items[0]["mask_key"][0]
+        rows = [item["mask_key"][1] for item in items]
+        self.collator.generator = torch.Generator().manual_seed(batch_seed(self.seed, epoch, rows))
+        return self.collator([{k: v for k, v in item.items() if k != "mask_key"} for item in items])
+
+
+def training_collator(tokenizer, p: DictConfig, seed: int) -> KeyedMasking:
+    """``mlm_collator`` with masks keyed on ``seed`` and each batch's place in training."""
+    return KeyedMasking(mlm_collator(tokenizer, p), seed)

@@ -114,6 +114,74 @@ def test_fixed_seed_masks_the_same(tokenizer, blocks):
     assert torch.equal(a["labels"], b["labels"]) and torch.equal(a["input_ids"], b["input_ids"])
 
 
+BERT_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+              "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+MLM_CONFIGS = {  # tiny *ForMaskedLM of each architecture with its own MLM head, and one without (its own forward)
+    "bert": BERT_SIZES, "roberta": BERT_SIZES, "electra": {**BERT_SIZES, "embedding_size": 16},
+    "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64, "dropout": 0.0, "attention_dropout": 0.0},
+}
+
+
+@pytest.mark.parametrize("arch", sorted(MLM_CONFIGS))
+def test_masked_only_loss_and_gradients_equal_the_full_computation(arch, tokenizer, blocks):
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    from heads.mlm import masked_lm_loss, masked_logits
+
+    config = AutoConfig.for_model(arch, vocab_size=len(tokenizer), max_position_embeddings=64, **MLM_CONFIGS[arch])
+    torch.manual_seed(0)
+    model = AutoModelForMaskedLM.from_config(config)
+    for whole_word in (False, True):
+        _, batch = mask(tokenizer, blocks, whole_word=whole_word)
+        model.zero_grad()
+        full = model(**batch).loss
+        full.backward()
+        expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+        model.zero_grad()
+        loss = masked_lm_loss(model, batch)
+        loss.backward()
+        assert loss.item() == pytest.approx(full.item(), abs=1e-5)
+        for name, param in model.named_parameters():
+            assert torch.allclose(param.grad, expected[name], atol=1e-4), name
+    logits, gold = masked_logits(model, batch)  # what the held-out metrics score: the full logits' rows
+    chosen = batch["labels"] != IGNORE
+    with torch.no_grad():
+        assert torch.allclose(logits, model(**{k: v for k, v in batch.items() if k != "labels"}).logits[chosen],
+                              atol=1e-5)
+    assert torch.equal(gold, batch["labels"][chosen])
+
+
+def test_training_masks_are_keyed_on_the_batch_place_not_the_global_rng(tokenizer, blocks):
+    rows = pretrain.model_rows(blocks, False)
+    collator = pretrain.training_collator(tokenizer, settings(), seed=1)
+    sampler, data = pretrain.EpochSampler(len(rows), seed=1), pretrain.KeyedRows(rows)
+
+    def epoch_batches(epoch: int) -> list[dict]:
+        sampler.set_epoch(epoch)
+        keys = list(sampler)
+        return [collator([data[k] for k in keys[i:i + 4]]) for i in range(0, len(keys), 4)]
+
+    torch.manual_seed(0)
+    first = epoch_batches(0)
+    torch.manual_seed(123)  # another global RNG state: the same masks
+    again = epoch_batches(0)
+    for a, b in zip(first, again):
+        assert torch.equal(a["labels"], b["labels"]) and torch.equal(a["input_ids"], b["input_ids"])
+    # one batch collated alone (a resumed run's first batch) is masked as in the whole epoch
+    sampler.set_epoch(0)
+    keys = list(sampler)[4:8]
+    assert torch.equal(collator([data[k] for k in keys])["labels"], first[1]["labels"])
+    # the next epoch masks every block anew
+    by_row = {}
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        keys = list(sampler)
+        for batch_keys, batch in zip((keys[i:i + 4] for i in range(0, len(keys), 4)), epoch_batches(epoch)):
+            for (_, row), labels in zip(batch_keys, batch["labels"]):
+                by_row.setdefault(row, []).append(labels)
+    assert all(not torch.equal(*masks) for masks in by_row.values())
+
+
 def corpus(tmp_path: Path) -> Path:
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(sentences() * 3) + "\n", encoding="utf-8")
@@ -271,3 +339,39 @@ def test_bad_input_is_one_line_naming_the_file(case, tmp_path, run_job):
     res = run_job(TINY + [f"data.train_file={path}", "train.max_steps=1", *extra], case)
     assert res["status"] == "failed" and want in res["error"], res.get("error")
     assert "\n" not in res["error"] and "traceback" not in res
+
+
+def test_resumed_pretraining_repeats_the_uninterrupted_steps(tmp_path, run_job, monkeypatch):
+    """Stopped after a checkpoint in the second epoch and run again: every step's loss and the
+    train loss equal an uninterrupted run's (masks keyed on the batch, not the global RNG)."""
+    import heads.mlm
+
+    args = TINY + [f"data.train_file={corpus(tmp_path)}", "save_model=false", "train.batch_size=64",
+                   "train.max_steps=14", "train.save_strategy=steps", "train.save_steps=3", "train.logging_steps=1"]
+    whole = run_job(args, "whole")
+    assert whole["status"] == "ok", whole.get("error")
+    original = heads.mlm.held_out_curve
+
+    def stop_at_step_9(batches, every, curve):  # an interruption right after checkpoint-9
+        callback = original(batches, every, curve)
+        step_end = callback.on_step_end
+
+        def on_step_end(args, state, control, **kwargs):
+            step_end(args, state, control, **kwargs)
+            control.should_training_stop = control.should_training_stop or state.global_step == 9
+
+        callback.on_step_end = on_step_end
+        return callback
+
+    monkeypatch.setattr(heads.mlm, "held_out_curve", stop_at_step_9)
+    assert run_job(args, "cut")["train_steps"] == 9
+    monkeypatch.setattr(heads.mlm, "held_out_curve", original)
+    resumed = run_job(args, "cut")
+    assert resumed["status"] == "ok" and resumed["resumed_from"] == 9
+    assert resumed["train_steps"] == whole["train_steps"] == 14
+    steps_per_epoch = -(-whole["n_train_blocks"] // 64)
+    assert steps_per_epoch < 9 < 2 * steps_per_epoch  # resumed inside the second epoch
+    assert [p["step"] for p in resumed["loss_curve"]] == list(range(1, 15))
+    assert [p["loss"] for p in resumed["loss_curve"]] == pytest.approx([p["loss"] for p in whole["loss_curve"]], abs=1e-6)
+    assert resumed["train_loss"] == pytest.approx(whole["train_loss"], abs=1e-6)
+    assert resumed["metrics"] == pytest.approx(whole["metrics"], abs=1e-6)

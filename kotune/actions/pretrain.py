@@ -27,7 +27,7 @@ def tokens_per_second(epoch_tokens: int, train_metrics: dict, steps: int, resume
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
     from heads.encoder import load_tokenizer
-    from heads.mlm import held_out_curve, load_mlm_model, mlm_metrics
+    from heads.mlm import held_out_curve, load_mlm_model, masked_lm_trainer, mlm_metrics
 
     p, seed = cfg.pretrain, int(cfg.train.seed)
     cfg = copy.deepcopy(cfg)
@@ -50,11 +50,12 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     initial = mlm_metrics(model, held_out)
     log(f"before: masked-token accuracy {initial['mlm_accuracy']:.2f} %, perplexity {initial['perplexity']:.1f}")
     curve = [{"step": 0, **initial}]
-    trainer = KotuneTrainer(model=model, args=training_arguments(cfg, run_dir, ["labels"], do_eval=False),
-                            train_dataset=pretrain.model_rows(blocks["train"], whole),
-                            data_collator=pretrain.mlm_collator(tokenizer, p),
-                            callbacks=[held_out_curve(held_out, int(p.get("eval_every") or 0), curve)],
-                            resume_config=resume_identity(cfg), tensorboard_dir=tensorboard_dir(cfg, run_dir))
+    trainer = masked_lm_trainer(KotuneTrainer)(
+        model=model, args=training_arguments(cfg, run_dir, ["labels"], do_eval=False),
+        train_dataset=pretrain.KeyedRows(pretrain.model_rows(blocks["train"], whole)),
+        data_collator=pretrain.training_collator(tokenizer, p, seed),
+        callbacks=[held_out_curve(held_out, int(p.get("eval_every") or 0), curve)],
+        resume_config=resume_identity(cfg), tensorboard_dir=tensorboard_dir(cfg, run_dir))
     log(f"pretraining: {len(blocks['train'])} blocks of {max_length} tokens, "
         f"{sum(x.numel() for x in model.parameters()):,} parameters")
     train_metrics, loss, resumed_from = train_resumable(trainer, cfg, run_dir)
