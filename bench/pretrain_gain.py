@@ -50,11 +50,12 @@ CORPUS = [f"{SHARED}/corpus/news-comments.txt", f"{SHARED}/corpus/news-titles.tx
 NER_FILE = f"{SHARED}/klue/klue-ner-v1.1_dev.tsv"
 KLUE_STS_DEV = f"{SHARED}/klue/klue-sts-v1.1_dev.json"
 METRIC = {"hate": "accuracy", "ner": "entity_f1", "sts": "pearson"}
+STS_SCORED = "_klue_sts_dev"  # the run dir suffix of an STS run's action=eval on KLUE STS dev
 
 
 def task_data(task: str, ner_split: dict[str, str]) -> tuple[list[str], list[str]]:
-    """``task``'s (training data overrides, evaluation overrides of the same run; [] for STS, scored
-    by a separate ``action=eval`` on KLUE STS dev)."""
+    """``task``'s (training data overrides, evaluation overrides of the same run; STS's own run
+    evaluates on 64 training pairs, never reported: a separate ``action=eval`` scores KLUE STS dev)."""
     if task == "hate":
         return ([f"task=text_cls", f"data.train_file={SHARED}/hate-speech/train.tsv", "data.text_column=comments",
                  "data.label_column=hate", "data.format=tsv"], [f"data.validation_file={SHARED}/hate-speech/dev.tsv"])
@@ -62,9 +63,8 @@ def task_data(task: str, ner_split: dict[str, str]) -> tuple[list[str], list[str
         return ["task=ner", f"data.train_file={ner_split['train']}"], [f"data.validation_file={ner_split['eval']}"]
     if task == "sts":
         korsts = f"{SHARED}/korsts/sts-train.tsv"
-        # the train action needs a validation set: 64 of its own pairs, never reported
         return ([f"task=sts", f"data.train_file={korsts}", "data.label_column=score"],
-                [f"data.validation_file={korsts}", "data.max_eval_samples=64", "save_model=true"])
+                [f"data.validation_file={korsts}", "data.max_eval_samples=64"])
     raise SystemExit(f"unknown task {task!r} (known: {', '.join(METRIC)})")
 
 
@@ -193,22 +193,22 @@ class Bench:
         model = self.model_overrides(init, model_dir or self.model_dir)
         tag += "_select" if select else ""
         run_dir = run_dir_of(a.out, task, init, lr, seed, tag)
+        scored_later = task == "sts" and not select  # the eval job reads the saved model
         res = job([*train_data, *([f"data.validation_split={a.select_split}"] if select else evaluation), *model,
                    f"train.learning_rate={lr}", f"train.seed={seed}", f"train.max_steps={a.ft_steps}",
                    f"train.batch_size={a.ft_batch}", f"train.max_length={a.ft_max_length}", "train.warmup_ratio=0.1",
-                   "save_predictions=false", *([] if task == "sts" and not select else ["save_model=false"])],
-                  run_dir)
-        if task == "sts" and not select:
+                   "save_predictions=false", f"save_model={str(scored_later).lower()}"], run_dir)
+        if scored_later:
             res = job(["action=eval", f"checkpoint={run_dir}", "task=sts", f"data.validation_file={KLUE_STS_DEV}",
                        *model, f"train.seed={seed}", f"train.max_length={a.ft_max_length}", "save_predictions=false"],
-                      run_dir + "_klue_sts_dev")
+                      run_dir + STS_SCORED)
         return res
 
     def score(self, task: str, init: str, lr: float, seed: int, **options) -> float:
         return float(self.finetune(task, init, lr, seed, **options)["metrics"][METRIC[task]])
 
     def scored_dir(self, task: str, init: str, lr: float, seed: int) -> str:
-        return run_dir_of(self.a.out, task, init, lr, seed) + ("_klue_sts_dev" if task == "sts" else "")
+        return run_dir_of(self.a.out, task, init, lr, seed) + (STS_SCORED if task == "sts" else "")
 
 
 def checkpoint_models(pretrain_dir: str, model_dir: str) -> dict[int, str]:
