@@ -1,26 +1,39 @@
-"""Does pretraining here help? Pretrain a small BERT on ../shared/data/corpus with
+"""Does pretraining here help, beyond the noise? Pretrain a small BERT on ../shared/data/corpus with
 ``action=pretrain``, then fine-tune it and its random-init twin (same config, tokenizer, seeds,
-steps; each with its best learning rate from a small grid, picked on the first seed) on
-hate-speech, KLUE NLI and KLUE NER (seeded 80/20 splits of the shared dev files), plus frozen
-NLI probes (last layer, a middle layer, scalar mix) of both, and the downstream curves: the
-pretraining's own initial weights and every checkpoint fine-tuned on NER and hate speech like the
-final model (so that a gain can be told apart from what the init alone gives).
+steps) on three tasks a 1-M-parameter encoder can learn in a few hundred steps:
+
+- ``hate``: hate-speech train.tsv → dev.tsv (accuracy);
+- ``ner``: KLUE NER dev, one fixed seeded 80/20 split of its sentences (written once to
+  ``cache_dir/pretrain_gain/ner-split-<seed>/``) → the 20 % (entity F1);
+- ``sts``: KorSTS train (its sentences are in the pretraining corpus, as task-adaptive pretraining
+  would use them) → KLUE STS dev (Pearson), scored by ``action=eval`` of the saved run, because one
+  ``data.label_column`` cannot name KorSTS's ``score`` and KLUE's ``labels.real-label`` at once.
+
+Protocol (nothing is chosen on an evaluation split): each twin's learning rate is the best of
+``--ft-lrs`` on a seeded ``--select-split`` of its own training data (seed 1, grouped where the task
+groups); then every seed trains on the full training data at that rate and is scored on the
+evaluation split. Per task: the paired gains g_s = pretrained_s − random_s, their mean and paired
+standard error sd(g)/√n, the random twin's seed spread, and "shown" only where the mean exceeds two
+standard errors. The downstream curve fine-tunes the pretraining's own step-0 weights and its
+checkpoints on NER like the final model (is a gain the pretraining's or its init's?).
 
     python bench/pretrain_gain.py                      # the default budget (see --help)
-    python bench/pretrain_gain.py --pretrain-steps 400 --ft-steps 60 --seeds 1,2,3
+    python bench/pretrain_gain.py --pretrain-steps 20 --ft-steps 10 --seeds 1,2 --out /tmp/g  # a smoke run
 
-Prints ``RESULT pretrain_minutes=… mlm_accuracy=… hate_gain=… nli_gain=… ner_gain=…`` (gains:
-pretrained − random in points, mean over seeds), a table, a PNG (MLM curves, scores, downstream
-curve) and the leaderboard of ``report.py`` over the selected runs (``OUT/report``). The
-pretrained checkpoint is cached under ``cache_dir/pretrain_gain/<recipe hash>`` (never in the
-project): the same recipe again reuses it, an interrupted one resumes. Every job is an in-process
-``kotune.job.execute``: exactly what the CLI runs.
+Prints the minutes of each phase, a table, ``RESULT pretrain_minutes=… mlm_accuracy=… hate_gain=…
+hate_gain_se=… ner_gain=… ner_gain_se=… sts_gain=… sts_gain_se=…``, a PNG and the leaderboard of
+``report.py`` over the scored runs (``OUT/report``). The pretrained checkpoint is cached under
+``cache_dir/pretrain_gain/<recipe hash>`` (never in the project): the same recipe again reuses it,
+an interrupted one resumes; finished fine-tuning runs in ``--out`` are reused too. Every job is an
+in-process ``kotune.job.execute``: exactly what the CLI runs.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -34,18 +47,59 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 CORPUS = [f"{SHARED}/corpus/news-comments.txt", f"{SHARED}/corpus/news-titles.txt",
           f"{SHARED}/corpus/korsts-train-sentences.txt"]
-TASKS = {  # name → (overrides, main metric)
-    "hate": ([f"task=text_cls", f"data.train_file={SHARED}/hate-speech/train.tsv",
-              f"data.validation_file={SHARED}/hate-speech/dev.tsv", "data.text_column=comments",
-              "data.label_column=hate", "data.format=tsv"], "accuracy"),
-    "nli": (["task=nli", f"data.train_file={SHARED}/klue/klue-nli-v1.1_dev.json", "data.validation_split=0.2"],
-            "accuracy"),
-    "ner": (["task=ner", f"data.train_file={SHARED}/klue/klue-ner-v1.1_dev.tsv", "data.validation_split=0.2"],
-            "entity_f1"),
-}
-PROBES = {"last": "last", "middle": "[1]", "scalar_mix": "scalar_mix"}
+NER_FILE = f"{SHARED}/klue/klue-ner-v1.1_dev.tsv"
+KLUE_STS_DEV = f"{SHARED}/klue/klue-sts-v1.1_dev.json"
+METRIC = {"hate": "accuracy", "ner": "entity_f1", "sts": "pearson"}
+STS_SCORED = "_klue_sts_dev"  # the run dir suffix of an STS run's action=eval on KLUE STS dev
 
 
+def task_data(task: str, ner_split: dict[str, str]) -> tuple[list[str], list[str]]:
+    """``task``'s (training data overrides, evaluation overrides of the same run; STS's own run
+    evaluates on 64 training pairs, never reported: a separate ``action=eval`` scores KLUE STS dev)."""
+    if task == "hate":
+        return ([f"task=text_cls", f"data.train_file={SHARED}/hate-speech/train.tsv", "data.text_column=comments",
+                 "data.label_column=hate", "data.format=tsv"], [f"data.validation_file={SHARED}/hate-speech/dev.tsv"])
+    if task == "ner":
+        return ["task=ner", f"data.train_file={ner_split['train']}"], [f"data.validation_file={ner_split['eval']}"]
+    if task == "sts":
+        korsts = f"{SHARED}/korsts/sts-train.tsv"
+        return ([f"task=sts", f"data.train_file={korsts}", "data.label_column=score"],
+                [f"data.validation_file={korsts}", "data.max_eval_samples=64"])
+    raise SystemExit(f"unknown task {task!r} (known: {', '.join(METRIC)})")
+
+
+# ---- pure helpers (tests/test_bench_gain.py) -------------------------------------------------
+def split_blocks(text: str, fraction: float, seed: int) -> tuple[str, str]:
+    """A seeded ``fraction`` of the blank-line-separated blocks of ``text`` (KLUE NER's sentences)
+    as (rest, held out), each block whole and in file order."""
+    blocks = [b for b in text.split("\n\n") if b.strip()]
+    order = list(range(len(blocks)))
+    random.Random(seed).shuffle(order)
+    held = set(order[: max(1, round(len(blocks) * fraction))])
+    if len(held) >= len(blocks):
+        raise ValueError(f"{len(blocks)} block(s): too few to hold out {fraction}")
+    rest, out = ([b.strip("\n") for i, b in enumerate(blocks) if (i in held) == keep] for keep in (False, True))
+    return "\n\n".join(rest) + "\n", "\n\n".join(out) + "\n"
+
+
+def paired_gain(pretrained: list[float], random_twin: list[float]) -> dict:
+    """Paired gains over seeds: mean, standard error sd(g)/√n, the random twin's seed spread, and
+    ``shown`` (mean > 2 SE; never with fewer than two seeds)."""
+    if len(pretrained) != len(random_twin) or not pretrained:
+        raise ValueError(f"paired scores needed: {len(pretrained)} pretrained vs {len(random_twin)} random")
+    gains = [p - r for p, r in zip(pretrained, random_twin)]
+    n = len(gains)
+    mean, se = statistics.mean(gains), statistics.stdev(gains) / math.sqrt(n) if n > 1 else math.nan
+    return {"gains": gains, "mean": mean, "se": se, "shown": n > 1 and mean > 2 * se,
+            "random_sd": statistics.stdev(random_twin) if n > 1 else math.nan}
+
+
+def spread(values: list[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} ± {sd:.2f}"
+
+
+# ---- jobs -------------------------------------------------------------------------------------
 def compose(overrides: list[str]):
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -98,30 +152,63 @@ def pretrain(a, cache_dir: str) -> tuple[dict, str]:
     # checkpoints for the downstream curve (the run dir's name ignores them: resume keeps working)
     overrides += ["train.save_strategy=steps", f"train.save_steps={max(1, a.pretrain_steps // a.curve_points)}",
                   "train.save_total_limit=null"]
-    started = time.time()
-    res = job(overrides, run_dir)
-    if time.time() - started > 60:
-        print(f"pretrained in {(time.time() - started) / 60:.1f} min → {run_dir}", flush=True)
-    return res, os.path.join(run_dir, "model")
+    return job(overrides, run_dir), os.path.join(run_dir, "model")
 
 
-def finetune(a, model_dir: str, cache_dir: str, out: str, task: str, init: str, lr: float, seed: int,
-             extra: list[str] = (), tag: str = "") -> float:
-    return float(finetune_run(a, model_dir, cache_dir, out, task, init, lr, seed, extra, tag)["metrics"][TASKS[task][1]])
+def ner_split(cache_dir: str, fraction: float, seed: int) -> dict[str, str]:
+    """KLUE NER dev's fixed train / evaluation files (whole sentences), written once."""
+    folder = os.path.join(cache_dir, "pretrain_gain", f"ner-split-{fraction:g}-{seed}")
+    paths = {"train": os.path.join(folder, "train.tsv"), "eval": os.path.join(folder, "eval.tsv")}
+    if not all(os.path.exists(p) for p in paths.values()):
+        os.makedirs(folder, exist_ok=True)
+        with open(NER_FILE, encoding="utf-8") as f:
+            parts = dict(zip(("train", "eval"), split_blocks(f.read(), fraction, seed)))
+        for name, text in parts.items():
+            with open(paths[name] + ".tmp", "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(paths[name] + ".tmp", paths[name])
+    return paths
 
 
 def run_dir_of(out: str, task: str, init: str, lr: float, seed: int, tag: str = "") -> str:
     return os.path.join(out, f"{task}_{init}_lr{lr:g}_s{seed}{tag}")
 
 
-def finetune_run(a, model_dir: str, cache_dir: str, out: str, task: str, init: str, lr: float, seed: int,
-                 extra: list[str] = (), tag: str = "") -> dict:
-    overrides = TASKS[task][0]
-    return job([*overrides, "model=klue", f"model.name=mini-{init}", f"model.name_or_path={model_dir}",
-               f"model.init={init}", f"train.learning_rate={lr}", f"train.seed={seed}", f"train.max_steps={a.ft_steps}",
-               f"train.batch_size={a.ft_batch}", f"train.max_length={a.ft_max_length}", "train.warmup_ratio=0.1",
-               "save_model=false", "save_predictions=false", f"cache_dir={cache_dir}", *extra],
-              run_dir_of(out, task, init, lr, seed, tag))
+class Bench:
+    """The fine-tuning side: one pretrained model directory, the options, the tasks' data."""
+
+    def __init__(self, a, model_dir: str, ner_files: dict[str, str]):
+        self.a, self.model_dir, self.ner_files = a, model_dir, ner_files
+
+    def model_overrides(self, init: str, model_dir: str) -> list[str]:
+        return ["model=klue", f"model.name=mini-{init}", f"model.name_or_path={model_dir}", f"model.init={init}",
+                f"cache_dir={self.a.cache_dir}"]
+
+    def finetune(self, task: str, init: str, lr: float, seed: int, select: bool = False,
+                 model_dir: str | None = None, tag: str = "") -> dict:
+        """A fine-tuning run's results: on ``--select-split`` of the training data (``select``), or on
+        all of it, scored on the evaluation split (STS: the eval run on KLUE STS dev)."""
+        a = self.a
+        train_data, evaluation = task_data(task, self.ner_files)
+        model = self.model_overrides(init, model_dir or self.model_dir)
+        tag += "_select" if select else ""
+        run_dir = run_dir_of(a.out, task, init, lr, seed, tag)
+        scored_later = task == "sts" and not select  # the eval job reads the saved model
+        res = job([*train_data, *([f"data.validation_split={a.select_split}"] if select else evaluation), *model,
+                   f"train.learning_rate={lr}", f"train.seed={seed}", f"train.max_steps={a.ft_steps}",
+                   f"train.batch_size={a.ft_batch}", f"train.max_length={a.ft_max_length}", "train.warmup_ratio=0.1",
+                   "save_predictions=false", f"save_model={str(scored_later).lower()}"], run_dir)
+        if scored_later:
+            res = job(["action=eval", f"checkpoint={run_dir}", "task=sts", f"data.validation_file={KLUE_STS_DEV}",
+                       *model, f"train.seed={seed}", f"train.max_length={a.ft_max_length}", "save_predictions=false"],
+                      run_dir + STS_SCORED)
+        return res
+
+    def score(self, task: str, init: str, lr: float, seed: int, **options) -> float:
+        return float(self.finetune(task, init, lr, seed, **options)["metrics"][METRIC[task]])
+
+    def scored_dir(self, task: str, init: str, lr: float, seed: int) -> str:
+        return run_dir_of(self.a.out, task, init, lr, seed) + (STS_SCORED if task == "sts" else "")
 
 
 def checkpoint_models(pretrain_dir: str, model_dir: str) -> dict[int, str]:
@@ -157,24 +244,16 @@ def initial_model(a, pretrain_dir: str, model_dir: str) -> str:
     return path
 
 
-def downstream_curve(a, task: str, pretrain_dir: str, model_dir: str, table: dict, seeds: list[int]) -> list[dict]:
+def downstream_curve(bench: Bench, task: str, lr: float, final: list[float], seeds: list[int]) -> list[dict]:
     """``task``'s score against pretraining steps: the step-0 weights and every checkpoint
-    fine-tuned like the final model (its best lr, every seed)."""
-    final = table[(task, "pretrained")]
-    curve = [{"step": 0, "scores": [finetune(a, initial_model(a, pretrain_dir, model_dir), a.cache_dir, a.out,
-                                             task, "pretrained", final["lr"], seed, tag="_step0")
-                                    for seed in seeds]}]
-    for step, path in checkpoint_models(pretrain_dir, model_dir).items():
-        if step < a.pretrain_steps:
-            curve.append({"step": step, "scores": [
-                finetune(a, path, a.cache_dir, a.out, task, "pretrained", final["lr"], seed, tag=f"_step{step}")
-                for seed in seeds]})
-    return curve + [{"step": a.pretrain_steps, "scores": final["scores"]}]
-
-
-def spread(values: list[float]) -> str:
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.2f} ± {sd:.2f}"
+    fine-tuned like the final model (its chosen lr, ``seeds``)."""
+    a, pretrain_dir = bench.a, os.path.dirname(bench.model_dir)
+    points = {0: initial_model(a, pretrain_dir, bench.model_dir)}
+    points.update({step: path for step, path in checkpoint_models(pretrain_dir, bench.model_dir).items()
+                   if step < a.pretrain_steps})
+    curve = [{"step": step, "scores": [bench.score(task, "pretrained", lr, s, model_dir=path, tag=f"_step{step}")
+                                       for s in seeds]} for step, path in points.items()]
+    return curve + [{"step": a.pretrain_steps, "scores": final[: len(seeds)]}]
 
 
 def main() -> None:
@@ -192,83 +271,105 @@ def main() -> None:
     p.add_argument("--pretrain-steps", type=int, default=3000)
     p.add_argument("--curve-points", type=int, default=4,
                    help="pretraining checkpoints fine-tuned for the downstream curve")
-    p.add_argument("--curve-tasks", default="ner,hate", help="the tasks of the downstream curve")
+    p.add_argument("--curve-tasks", default="ner", help="the tasks of the downstream curve ('' for none)")
+    p.add_argument("--curve-seeds", type=int, default=3, help="the first N seeds fine-tune each curve point")
     p.add_argument("--ft-steps", type=int, default=400)
     p.add_argument("--ft-batch", type=int, default=32)
     p.add_argument("--ft-max-length", type=int, default=128)
-    p.add_argument("--ft-lrs", default="3e-4,1e-3", help="fine-tuning grid, picked per model and task on the first seed")
-    p.add_argument("--seeds", default="1,2,3")
-    p.add_argument("--tasks", default="hate,nli,ner")
+    p.add_argument("--ft-lrs", default="3e-4,1e-3",
+                   help="learning-rate grid, picked per twin and task on --select-split of the training data")
+    p.add_argument("--select-split", type=float, default=0.15,
+                   help="held-out fraction of the training data that picks the learning rate (seed 1's split)")
+    p.add_argument("--ner-eval-split", type=float, default=0.2, help="KLUE NER dev's evaluation fraction")
+    p.add_argument("--seeds", default="1,2,3,4,5")
+    p.add_argument("--tasks", default="hate,ner,sts")
     p.add_argument("--only-pretrain", action="store_true")
     p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kotune_pretrain_gain"))
     a = p.parse_args()
-    for path in CORPUS:
+    for path in [*CORPUS, NER_FILE, KLUE_STS_DEV]:
         if not os.path.exists(path):
             raise SystemExit(f"skipped: {path} not found (../shared absent)")
-    started = time.time()
+    import torch
+
+    tasks, seeds = a.tasks.split(","), [int(s) for s in a.seeds.split(",")]
+    lrs = [float(x) for x in a.ft_lrs.split(",")]
+    unknown = [t for t in tasks if t not in METRIC]
+    if unknown:  # stop before the pretraining
+        raise SystemExit(f"unknown task {unknown[0]!r} (known: {', '.join(METRIC)})")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    started = phase_started = time.time()
+    phases: dict[str, float] = {}
+
+    def phase_done(name: str) -> None:
+        nonlocal phase_started
+        phases[name] = (time.time() - phase_started) / 60
+        print(f"[{name}: {phases[name]:.1f} min]", flush=True)
+        phase_started = time.time()
+
     pre, model_dir = pretrain(a, a.cache_dir)
     minutes = pre["train_runtime_s"] / 60
     acc0, acc = pre["initial_metrics"]["mlm_accuracy"], pre["metrics"]["mlm_accuracy"]
     print(f"pretraining: {pre['train_steps']} steps, {minutes:.1f} min, held-out masked accuracy "
-          f"{acc0:.1f} → {acc:.1f} %, perplexity {pre['initial_metrics']['perplexity']:.0f} → "
-          f"{pre['metrics']['perplexity']:.0f}, {pre['tokens_per_second']:.0f} tokens/s", flush=True)
+          f"{acc0:.2f} → {acc:.2f} %, perplexity {pre['initial_metrics']['perplexity']:.1f} → "
+          f"{pre['metrics']['perplexity']:.1f}, {pre['tokens_per_second']:.0f} tokens/s", flush=True)
     for point in pre["held_out_curve"]:
-        print(f"  step {point['step']:5d}: held-out masked acc {point['mlm_accuracy']:5.1f} %  "
-              f"loss {point['mlm_loss']:.2f}", flush=True)
+        print(f"  step {point['step']:5d}: held-out masked acc {point['mlm_accuracy']:5.2f} %  "
+              f"loss {point['mlm_loss']:.3f}", flush=True)
+    phase_done("pretraining")
     if a.only_pretrain:
         return
     os.makedirs(a.out, exist_ok=True)
-    seeds = [int(s) for s in a.seeds.split(",")]
-    lrs = [float(x) for x in a.ft_lrs.split(",")]
-    table: dict = {}
-    for task in a.tasks.split(","):
+    bench = Bench(a, model_dir, ner_split(a.cache_dir, a.ner_eval_split, seed=0))
+    chosen: dict = {}
+    for task in tasks:
         for init in ("pretrained", "random"):
-            grid = {lr: finetune(a, model_dir, a.cache_dir, a.out, task, init, lr, seeds[0]) for lr in lrs}
-            best = max(grid, key=grid.get)
-            scores = [grid[best]] + [finetune(a, model_dir, a.cache_dir, a.out, task, init, best, s) for s in seeds[1:]]
-            table[(task, init)] = {"lr": best, "grid": grid, "scores": scores}
-            print(f"{task:5s} {init:10s} lr {best:g} (grid {grid}): {spread(scores)}", flush=True)
-    curves = {t: downstream_curve(a, t, os.path.dirname(model_dir), model_dir, table, seeds)
-              for t in a.curve_tasks.split(",") if (t, "pretrained") in table}
-    probes = {}
-    for name, layers in PROBES.items():
-        for init in ("pretrained", "random"):
-            probes[(name, init)] = finetune(a, model_dir, a.cache_dir, a.out, "nli", init, 1e-3, seeds[0],
-                                            ["mode=frozen", f"mode.layers={layers}"], tag=f"_frozen_{name}")
-    gains = {t: statistics.mean(x - y for x, y in zip(table[(t, "pretrained")]["scores"], table[(t, "random")]["scores"]))
-             for t in a.tasks.split(",")}
-    lines = ["| task (metric) | pretrained | random twin | gain (points, mean of paired seeds) |", "| --- | --- | --- | --- |"]
-    for t in a.tasks.split(","):
-        diffs = [x - y for x, y in zip(table[(t, "pretrained")]["scores"], table[(t, "random")]["scores"])]
-        lines.append(f"| {t} ({TASKS[t][1]}) | {spread(table[(t, 'pretrained')]['scores'])} (lr {table[(t, 'pretrained')]['lr']:g}) "
-                     f"| {spread(table[(t, 'random')]['scores'])} (lr {table[(t, 'random')]['lr']:g}) | {spread(diffs)} |")
-    for name in PROBES:
-        lines.append(f"| nli frozen probe, {name} | {probes[(name, 'pretrained')]:.2f} | {probes[(name, 'random')]:.2f} "
-                     f"| {probes[(name, 'pretrained')] - probes[(name, 'random')]:.2f} (seed {seeds[0]}) |")
+            grid = {lr: bench.score(task, init, lr, seeds[0], select=True) for lr in lrs}
+            chosen[(task, init)] = {"lr": max(grid, key=grid.get), "select_scores": grid}
+            print(f"{task:5s} {init:10s} lr {chosen[(task, init)]['lr']:g} (held-out {METRIC[task]}: "
+                  + ", ".join(f"lr {lr:g} {x:.2f}" for lr, x in grid.items()) + ")", flush=True)
+    phase_done("learning-rate selection")
+    for (task, init), c in chosen.items():
+        c["scores"] = [bench.score(task, init, c["lr"], s) for s in seeds]
+        print(f"{task:5s} {init:10s} lr {c['lr']:g}: {spread(c['scores'])}  "
+              f"({', '.join(f'{x:.2f}' for x in c['scores'])})", flush=True)
+    phase_done("fine-tuning, every seed")
+    curves = {t: downstream_curve(bench, t, chosen[(t, "pretrained")]["lr"], chosen[(t, "pretrained")]["scores"],
+                                  seeds[: a.curve_seeds])
+              for t in a.curve_tasks.split(",") if t in tasks}
+    phase_done("downstream curve")
+    gains = {t: paired_gain(chosen[(t, "pretrained")]["scores"], chosen[(t, "random")]["scores"]) for t in tasks}
+    lines = [f"| task (metric; {len(seeds)} seeds) | pretrained (mean ± sd) | random twin (mean ± sd) "
+             "| gain ± paired SE | gain per seed | gain > 2 SE |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for t, g in gains.items():
+        pre_t, rnd_t = chosen[(t, "pretrained")], chosen[(t, "random")]
+        lines.append(f"| {t} ({METRIC[t]}) | {spread(pre_t['scores'])} (lr {pre_t['lr']:g}) "
+                     f"| {spread(rnd_t['scores'])} (lr {rnd_t['lr']:g}) | {g['mean']:+.2f} ± {g['se']:.2f} | "
+                     f"{' / '.join(f'{x:+.1f}' for x in g['gains'])} | {'shown' if g['shown'] else 'not shown'} |")
     print("\n".join(lines))
     for t, curve in curves.items():
-        print(f"{t} {TASKS[t][1]} against pretraining steps (0 = its initial weights; "
-              f"random twin {spread(table[(t, 'random')]['scores'])}): "
+        print(f"{t} {METRIC[t]} against pretraining steps (0 = its initial weights; seeds {seeds[:a.curve_seeds]}; "
+              f"random twin {spread(chosen[(t, 'random')]['scores'][:a.curve_seeds])}): "
               + ", ".join(f"{c['step']}: {spread(c['scores'])}" for c in curve))
     summary = {"pretrain": {k: pre[k] for k in ("train_steps", "train_runtime_s", "initial_metrics", "metrics",
                                                  "held_out_curve", "loss_curve", "tokens_per_second")},
-               "args": vars(a), "finetune": {f"{t}/{i}": v for (t, i), v in table.items()},
-               "probes": {f"{n}/{i}": v for (n, i), v in probes.items()}, "gains": gains,
-               "downstream_curves": curves,
-               "bench_minutes": (time.time() - started) / 60}
+               "args": vars(a), "torch": torch.__version__, "threads": torch.get_num_threads(),
+               "finetune": {f"{t}/{i}": v for (t, i), v in chosen.items()}, "gains": gains,
+               "downstream_curves": curves, "phase_minutes": phases, "bench_minutes": (time.time() - started) / 60}
     with open(os.path.join(a.out, "pretrain_gain.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    plot(pre, table, curves, a, os.path.join(a.out, "pretrain_gain.png"))
-    import report  # the same leaderboard a user gets, over the selected (best-lr) fine-tuning runs
+    plot(pre, chosen, curves, a, os.path.join(a.out, "pretrain_gain.png"))
+    import report  # the same leaderboard a user gets, over the scored runs
 
-    report.main([run_dir_of(a.out, t, i, v["lr"], seed) for (t, i), v in table.items() for seed in seeds]
+    report.main([bench.scored_dir(t, i, v["lr"], s) for (t, i), v in chosen.items() for s in seeds]
                 + ["--out", os.path.join(a.out, "report")])
+    print(f"bench: {summary['bench_minutes']:.1f} min in this invocation")
     print(f"RESULT pretrain_minutes={minutes:.1f} mlm_accuracy={acc:.2f} "
-          + " ".join(f"{t}_gain={g:.2f}" for t, g in gains.items()))
+          + " ".join(f"{t}_gain={g['mean']:.2f} {t}_gain_se={g['se']:.2f}" for t, g in gains.items()))
 
 
-def plot(pre: dict, table: dict, curves: dict[str, list[dict]], a, path: str) -> None:
+def plot(pre: dict, chosen: dict, curves: dict[str, list[dict]], a, path: str) -> None:
     try:
         import matplotlib
 
@@ -290,23 +391,23 @@ def plot(pre: dict, table: dict, curves: dict[str, list[dict]], a, path: str) ->
     twin.legend(loc="center right")
     tasks = a.tasks.split(",")
     for k, init in enumerate(("pretrained", "random")):
-        scores = [table[(t, init)]["scores"] for t in tasks]
+        scores = [chosen[(t, init)]["scores"] for t in tasks]
         right.bar([i + 0.4 * k for i in range(len(tasks))], [statistics.mean(s) for s in scores], 0.4,
                   yerr=[statistics.stdev(s) if len(s) > 1 else 0 for s in scores], label=init)
-    right.set_xticks([i + 0.2 for i in range(len(tasks))], [f"{t} ({TASKS[t][1]})" for t in tasks])
+    right.set_xticks([i + 0.2 for i in range(len(tasks))], [f"{t} ({METRIC[t]})" for t in tasks])
     right.legend()
     right.set_title(f"fine-tuned {a.ft_steps} steps, {len(a.seeds.split(','))} seeds")
     for k, (t, curve) in enumerate(curves.items()):
         color = f"C{k}"
         down.errorbar([c["step"] for c in curve], [statistics.mean(c["scores"]) for c in curve],
                       yerr=[statistics.stdev(c["scores"]) if len(c["scores"]) > 1 else 0 for c in curve], fmt="o-",
-                      color=color, label=f"{t} {TASKS[t][1]}: pretraining checkpoints")
-        down.axhline(statistics.mean(table[(t, "random")]["scores"]), color=color, ls="--",
+                      color=color, label=f"{t} {METRIC[t]}: pretraining checkpoints")
+        down.axhline(statistics.mean(chosen[(t, "random")]["scores"]), color=color, ls="--",
                      label=f"{t}: random twin (standard init)")
     if curves:
         down.legend(fontsize=7)
     down.set_xlabel("pretraining step (0 = its initial weights)")
-    down.set_ylabel("dev score")
+    down.set_ylabel("evaluation score")
     down.set_title("downstream score against pretraining")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -79,7 +79,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, cache_dir: str | None
     from transformers import PreTrainedTokenizerFast
 
     texts = list(texts)
-    key = hashlib.sha256(("\n".join(texts) + f"|{vocab_size}|v1").encode()).hexdigest()[:16]
+    key = hashlib.sha256(("\n".join(texts) + f"|{vocab_size}|v2").encode()).hexdigest()[:16]
     path = os.path.join(cache_dir, "tokenizers", key) if cache_dir else None
     if path and os.path.exists(os.path.join(path, "tokenizer.json")):
         return PreTrainedTokenizerFast.from_pretrained(path)
@@ -91,6 +91,11 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, cache_dir: str | None
     tok.decoder = decoders.WordPiece()
     tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials,
                                                              show_progress=False))
+    # the trainer numbers the "##" pieces in hash-map order, which changes from one process to the next:
+    # the same vocabulary would get other ids (and so another model init); number it in sorted order
+    trained = tok.get_vocab()
+    ordered = specials + sorted(t for t in trained if t not in specials)
+    tok.model = models.WordPiece({t: i for i, t in enumerate(ordered)}, unk_token="[UNK]")
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
                                             special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
