@@ -100,3 +100,17 @@ def test_the_scalar_mix_has_its_own_learning_rate(cache_dir, tmp_path):
     assert len(groups) == 1 and groups[0]["lr"] == pytest.approx(0.05)
     assert {id(p) for p in groups[0]["params"]} == mix
     assert all(g["lr"] == pytest.approx(cfg.train.learning_rate) for g in optimizer.param_groups if g is not groups[0])
+
+
+def test_report_to_tensorboard_writes_into_the_run_dir(run_job, tmp_path, monkeypatch):
+    """``train.report_to=tensorboard``: Trainer's TensorBoard logger, its events in <run dir>/tensorboard
+    (not ./runs of the working directory); ``none`` (the default) writes none."""
+    pytest.importorskip("tensorboard")  # the [tensorboard] extra; [dev] installs it
+    monkeypatch.chdir(tmp_path)
+    logged = run_job(["task=nli", "model=tiny", "data=sample", "train.max_steps=4", "train.logging_steps=1",
+                      "train.report_to=tensorboard"], "logged")
+    assert logged["status"] == "ok", logged.get("error")
+    assert list((tmp_path / "logged" / "tensorboard").glob("events.out.tfevents.*"))
+    assert not (tmp_path / "runs").exists()
+    quiet = run_job(["task=nli", "model=tiny", "data=sample", "train.max_steps=2"], "quiet")
+    assert quiet["status"] == "ok" and not (tmp_path / "quiet" / "tensorboard").exists()
