@@ -88,10 +88,9 @@ def mimetic_attention(model: torch.nn.Module, alpha: tuple[float, float] = MIMET
                 left, right = factor(alpha[0] * torch.randn(d, d) / d ** 0.5 + beta[0] * eye, size)
                 query.weight[h * size:(h + 1) * size] = left.T
                 key.weight[h * size:(h + 1) * size] = right
-            if value.out_features == d:  # a square value-output map (every BERT-style model)
-                left, right = factor(alpha[1] * torch.randn(d, d) / d ** 0.5 - beta[1] * eye, d)
-                value.weight.copy_(left.T)
-                output.weight.copy_(right.T)
+            left, right = factor(alpha[1] * torch.randn(d, d) / d ** 0.5 - beta[1] * eye, d)
+            value.weight.copy_(left.T)  # all heads' values together are d wide (BERT-style models)
+            output.weight.copy_(right.T)
 
 
 def mimetic_scales(alpha, beta) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -213,7 +212,7 @@ def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
     model.eval()
     device = next(model.parameters()).device
     loss_sum, correct, count = 0.0, 0, 0
-    next_loss, next_correct, pairs = 0.0, 0, 0
+    next_loss, next_correct, next_random, pairs = 0.0, 0, 0, 0
     for batch in batches:
         batch = {k: v.to(device) for k, v in batch.items()}
         picked, gold, next_logits = pretraining_logits(model, batch)
@@ -221,6 +220,7 @@ def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
             next_gold = batch["next_sentence_label"]
             next_loss += float(torch.nn.functional.cross_entropy(next_logits.float(), next_gold, reduction="sum"))
             next_correct += int((next_logits.argmax(-1) == next_gold).sum())
+            next_random += int(next_gold.sum())
             pairs += len(next_gold)
         if not len(gold):
             continue
@@ -229,7 +229,11 @@ def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
         correct += int((picked.argmax(-1) == gold).sum())
         count += len(gold)
     model.train(was_training)
-    nsp = {"nsp_accuracy": 100.0 * next_correct / pairs, "nsp_loss": next_loss / pairs, "n_pairs": pairs} if pairs else {}
+    nsp = {}
+    if pairs:  # the majority label's share: what always guessing it scores (one-sentence texts are all random-next)
+        majority = max(next_random, pairs - next_random) / pairs
+        nsp = {"nsp_accuracy": 100.0 * next_correct / pairs, "nsp_loss": next_loss / pairs, "n_pairs": pairs,
+               "nsp_majority_accuracy": 100.0 * majority}
     if not count:
         return {"mlm_accuracy": float("nan"), "perplexity": float("nan"), "mlm_loss": float("nan"), "n_masked": 0, **nsp}
     loss = loss_sum / count

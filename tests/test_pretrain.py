@@ -364,6 +364,8 @@ def test_nsp_masked_only_loss_and_gradients_equal_bert_for_pretraining(tokenizer
         nsp = model(**{k: v for k, v in batch.items() if k not in ("labels", "next_sentence_label")}).seq_relationship_logits
     assert scores["nsp_accuracy"] == pytest.approx(100 * (nsp.argmax(-1) == batch["next_sentence_label"]).float().mean().item())
     assert scores["n_pairs"] == 24
+    share = batch["next_sentence_label"].float().mean().item()
+    assert scores["nsp_majority_accuracy"] == pytest.approx(100 * max(share, 1 - share))
 
 
 def test_nsp_round_trip_fill_mask_finetune_and_refusals(tmp_path, run_job):
@@ -381,10 +383,10 @@ def test_nsp_round_trip_fill_mask_finetune_and_refusals(tmp_path, run_job):
     out = run_job(["task=nli", "data=sample", "model=klue", f"model.name_or_path={model_dir}", "mode=frozen",
                    "train.max_steps=2"], "ft")
     assert out["status"] == "ok", out.get("error")
-    for extra, want in ((["model.architecture=electra"], "mlm+nsp needs a BERT model: electra has no next-sentence head"),
+    for extra, want in ((["pretrain.objective=mlm+nsp", "model.architecture=electra"],
+                         "mlm+nsp needs a BERT model: electra has no next-sentence head"),
                         (["pretrain.objective=sop"], "pretrain.objective=sop: must be one of mlm, mlm+nsp")):
-        bad = run_job(TINY + [f"data.train_file={documents_corpus(tmp_path)}", "pretrain.objective=mlm+nsp",
-                              "train.max_steps=1", *extra], "bad")
+        bad = run_job(TINY + [f"data.train_file={documents_corpus(tmp_path)}", "train.max_steps=1", *extra], "bad")
         assert bad["status"] == "failed" and want in bad["error"] and "\n" not in bad["error"], bad.get("error")
 
 
