@@ -226,7 +226,7 @@ def checkpoint_models(pretrain_dir: str, model_dir: str) -> dict[int, str]:
 
 
 def initial_model(a, pretrain_dir: str, model_dir: str) -> str:
-    """The pretraining's own step-0 weights (its seeded init, sinusoidal positions, mimetic
+    """The pretraining's own step-0 weights (its seeded init, sinusoidal positions, tied query/key
     attention), rebuilt the way action=pretrain builds them: the curve's first point, so that a gain
     is the pretraining's and not its init's."""
     from transformers import AutoTokenizer
@@ -238,7 +238,8 @@ def initial_model(a, pretrain_dir: str, model_dir: str) -> str:
         cfg = compose(pretrain_overrides(a, a.cache_dir))
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = load_mlm_model(cfg.model, len(tokenizer), int(cfg.train.seed), cfg.pretrain.position_init,
-                               cfg.pretrain.attention_init)
+                               cfg.pretrain.attention_init, "mlm", cfg.pretrain.get("mimetic_alpha"),
+                               cfg.pretrain.get("mimetic_beta"))
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
     return path
@@ -267,7 +268,7 @@ def main() -> None:
     p.add_argument("--dropout", type=float, default=0.0,
                    help="encoder dropout (pretraining and both fine-tuned twins: the saved config)")
     p.add_argument("--position-init", default="sinusoidal", choices=("random", "sinusoidal"))
-    p.add_argument("--attention-init", default="mimetic", choices=("random", "mimetic"))
+    p.add_argument("--attention-init", default="tied_qk", choices=("random", "tied_qk", "mimetic"))
     p.add_argument("--pretrain-steps", type=int, default=3000)
     p.add_argument("--curve-points", type=int, default=4,
                    help="pretraining checkpoints fine-tuned for the downstream curve")

@@ -1,7 +1,8 @@
-"""The masked-LM model of ``action=pretrain``: ``AutoModelForMaskedLM`` from a hub id or a local
-directory (continued pretraining from the checkpoint's own MLM head), or from its config with
-random weights; its loss computed at the masked positions only; and the held-out masked-token
-accuracy and perplexity."""
+"""The masked-LM model of ``action=pretrain``: ``AutoModelForMaskedLM`` (``AutoModelForPreTraining``
+for BERT's masked LM + next-sentence prediction) from a hub id or a local directory (continued
+pretraining from the checkpoint's own heads), or from its config with random weights; its loss
+computed at the masked positions only; and the held-out masked-token (and next-sentence) accuracy
+and perplexity."""
 from __future__ import annotations
 
 import math
@@ -31,19 +32,32 @@ def sinusoidal_positions(model: torch.nn.Module) -> None:
         table.copy_(waves * (model.config.initializer_range / waves.std()))
 
 
-def mimetic_attention(model: torch.nn.Module) -> None:
-    """Mimetic query/key init (Trockman & Kolter, ICML 2023): each head's query and key weights
-    are the same random orthonormal rows, so W_q W_kᵀ is a projection and a token attends, from
-    step 0, to tokens whose embedding is like its own — with sinusoidal positions, to its
-    neighbours. Why: from the standard init the attention of a small BERT stayed uniform or
-    collapsed onto one token on the shared corpus (the unigram plateau); with this init it learns
-    to read its context within a few hundred steps (README, "Pretrain or adapt an encoder")."""
+ATTENTION_INITS = ("random", "tied_qk", "mimetic")
+# Trockman & Kolter's defaults (their ViT setting): query-key α₁ = β₁ = 0.7, value-output α₂ = β₂ = 0.4.
+MIMETIC_ALPHA, MIMETIC_BETA = (0.7, 0.4), (0.7, 0.4)
+
+
+def self_attentions(model: torch.nn.Module):
+    """Each BERT-style self-attention's (query, key, value, output) linear layers."""
+    for module in model.modules():
+        inner = getattr(module, "self", None)
+        output = getattr(getattr(module, "output", None), "dense", None)
+        if all(isinstance(getattr(inner, n, None), torch.nn.Linear) for n in ("query", "key", "value")) \
+                and isinstance(output, torch.nn.Linear):
+            yield inner.query, inner.key, inner.value, output
+
+
+def tied_qk_attention(model: torch.nn.Module) -> None:
+    """Tied query/key init (the query-key half of mimetic init, in a tied form): each head's query
+    and key weights are the same random orthonormal rows, so W_q W_kᵀ is a projection and a token
+    attends, from step 0, to tokens whose embedding is like its own — with sinusoidal positions, to
+    its neighbours; values and outputs keep the standard init. Why: from the standard init the
+    attention of a small BERT stayed uniform or collapsed onto one token on the shared corpus (the
+    unigram plateau); with this init it learns to read its context within a few hundred steps
+    (README, "Pretrain or adapt an encoder")."""
     heads = model.config.num_attention_heads
     with torch.no_grad():
-        for module in model.modules():
-            query, key = getattr(module, "query", None), getattr(module, "key", None)
-            if not (isinstance(query, torch.nn.Linear) and isinstance(key, torch.nn.Linear)):
-                continue
+        for query, key, _, _ in self_attentions(model):
             size = query.out_features // heads
             for h in range(heads):
                 rows = torch.linalg.qr(torch.randn(query.in_features, query.in_features))[0][:, :size].T
@@ -51,38 +65,93 @@ def mimetic_attention(model: torch.nn.Module) -> None:
                 key.weight[h * size:(h + 1) * size] = rows
 
 
+def factor(target: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``left`` [d, rank], ``right`` [rank, d] with ``left @ right`` the best rank-``rank``
+    approximation of ``target`` (SVD, the singular values split evenly)."""
+    u, s, vh = torch.linalg.svd(target)
+    root = s[:rank].sqrt()
+    return u[:, :rank] * root, root[:, None] * vh[:rank]
+
+
+def mimetic_attention(model: torch.nn.Module, alpha: tuple[float, float] = MIMETIC_ALPHA,
+                      beta: tuple[float, float] = MIMETIC_BETA) -> None:
+    """Mimetic init (Trockman & Kolter, ICML 2023): per head, W_qᵀW_k (the d × d bilinear form of the
+    attention scores) is the rank-d_head SVD factorisation of α₁Z + β₁I, and over all heads the value
+    → output map W_vᵀW_oᵀ is α₂Z' − β₂I, Z and Z' with N(0, 1/d) entries (fresh per head and layer).
+    Biases keep the standard init (zero)."""
+    heads = model.config.num_attention_heads
+    with torch.no_grad():
+        for query, key, value, output in self_attentions(model):
+            d, size = query.in_features, query.out_features // heads
+            eye = torch.eye(d)
+            for h in range(heads):
+                left, right = factor(alpha[0] * torch.randn(d, d) / d ** 0.5 + beta[0] * eye, size)
+                query.weight[h * size:(h + 1) * size] = left.T
+                key.weight[h * size:(h + 1) * size] = right
+            left, right = factor(alpha[1] * torch.randn(d, d) / d ** 0.5 - beta[1] * eye, d)
+            value.weight.copy_(left.T)  # all heads' values together are d wide (BERT-style models)
+            output.weight.copy_(right.T)
+
+
+def mimetic_scales(alpha, beta) -> tuple[tuple[float, float], tuple[float, float]]:
+    """``pretrain.mimetic_alpha`` / ``mimetic_beta``: each [query-key, value-output], numbers ≥ 0
+    (None: the paper's)."""
+    scales = []
+    for name, value, default in (("mimetic_alpha", alpha, MIMETIC_ALPHA), ("mimetic_beta", beta, MIMETIC_BETA)):
+        value = default if value is None else value
+        try:
+            pair = tuple(float(v) for v in value)
+        except (TypeError, ValueError):
+            pair = ()
+        if len(pair) != 2 or min(pair) < 0:
+            raise ConfigError(f"pretrain.{name}={value}: must be two numbers >= 0 [query-key, value-output]")
+        scales.append(pair)
+    return scales[0], scales[1]
+
+
 def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
-                   position_init: str = "random", attention_init: str = "random") -> torch.nn.Module:
-    """``AutoModelForMaskedLM``; a checkpoint without an MLM head gets a fresh one (warning).
-    Random init only: ``position_init`` random | sinusoidal, ``attention_init`` random | mimetic."""
-    from transformers import AutoModelForMaskedLM
+                   position_init: str = "random", attention_init: str = "random", objective: str = "mlm",
+                   mimetic_alpha=None, mimetic_beta=None) -> torch.nn.Module:
+    """``AutoModelForMaskedLM`` (``objective`` mlm+nsp: BERT's ``AutoModelForPreTraining``); a
+    checkpoint without those heads gets fresh ones (warning). Random init only: ``position_init``
+    random | sinusoidal, ``attention_init`` random | tied_qk | mimetic (``mimetic_alpha``,
+    ``mimetic_beta``: [query-key, value-output], None: the paper's)."""
+    from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
     init = model_cfg.get("init", "pretrained")
     if init not in ("pretrained", "random"):
         raise ConfigError(f"model.init must be pretrained or random, got '{init}'")
     if position_init not in ("random", "sinusoidal"):
         raise ConfigError(f"pretrain.position_init={position_init}: must be random or sinusoidal")
-    if attention_init not in ("random", "mimetic"):
-        raise ConfigError(f"pretrain.attention_init={attention_init}: must be random or mimetic")
+    if attention_init not in ATTENTION_INITS:
+        raise ConfigError(f"pretrain.attention_init={attention_init}: must be one of {', '.join(ATTENTION_INITS)}")
+    alpha, beta = mimetic_scales(mimetic_alpha, mimetic_beta)
     config = build_config(model_cfg, vocab_size)
+    if objective == "mlm+nsp" and config.model_type != "bert":
+        raise ConfigError(f"pretrain.objective=mlm+nsp needs a BERT model: {config.model_type} has no "
+                          "next-sentence head (use pretrain.objective=mlm)")
+    auto = AutoModelForPreTraining if objective == "mlm+nsp" else AutoModelForMaskedLM
     if init == "random":
         torch.manual_seed(seed)
-        model = AutoModelForMaskedLM.from_config(config)
+        model = auto.from_config(config)
         if position_init == "sinusoidal":
             sinusoidal_positions(model)
-        if attention_init == "mimetic":
-            mimetic_attention(model)
+        if attention_init == "tied_qk":
+            tied_qk_attention(model)
+        elif attention_init == "mimetic":
+            mimetic_attention(model, alpha, beta)
         return model
     for key, value in (("position_init", position_init), ("attention_init", attention_init)):
         if value != "random":
             warn(f"pretrain.{key}={value} ignored: {model_cfg.name_or_path} brings its own weights")
-    model, info = _from_hub_or_cache(AutoModelForMaskedLM, model_cfg.name_or_path, config=config,
+    model, info = _from_hub_or_cache(auto, model_cfg.name_or_path, config=config,
                                      dtype=torch.float32, revision=model_cfg.get("revision"),
                                      output_loading_info=True)
     prefix = model.base_model_prefix + "."
     fresh = [k for k in info.get("missing_keys", ()) if not k.startswith(prefix)]
     if fresh:
-        warn(f"{model_cfg.name_or_path} has no masked-LM head ({len(fresh)} tensors missing, e.g. {sorted(fresh)[0]}): "
+        head = "masked-LM" if objective == "mlm" else "masked-LM / next-sentence"
+        warn(f"{model_cfg.name_or_path} has no {head} head ({len(fresh)} tensors missing, e.g. {sorted(fresh)[0]}): "
              "the head starts fresh (random init), only the encoder continues from the checkpoint")
     return model
 
@@ -96,39 +165,63 @@ MASKED_LM_HEADS = {
 }
 
 
-def masked_logits(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits and gold ids of the labelled positions of ``batch`` (row-major order): the encoder
-    runs on every position, the MLM head (transform and vocabulary projection) only on the ~15 %
-    that carry a label. Why: the projection onto the vocabulary is most of a small model's FLOPs
-    (README, "Pretrain or adapt an encoder"). Architectures not in ``MASKED_LM_HEADS`` run their
-    own full forward."""
+def pretraining_logits(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Logits and gold ids of the labelled positions of ``batch`` (row-major order), and the
+    next-sentence logits where the batch has ``next_sentence_label`` (``BertForPreTraining``), else
+    None: the encoder runs on every position, the MLM head (transform and vocabulary projection)
+    only on the ~15 % that carry a label. Why: the projection onto the vocabulary is most of a
+    small model's FLOPs (README, "Pretrain or adapt an encoder"). Architectures not in
+    ``MASKED_LM_HEADS`` run their own full forward."""
     labels = batch["labels"]
     chosen = labels != IGNORE
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "next_sentence_label")}
+    if "next_sentence_label" in batch:
+        out = model.base_model(**inputs)
+        return (model.cls.predictions(out.last_hidden_state[chosen]), labels[chosen],
+                model.cls.seq_relationship(out.pooler_output))
     head = MASKED_LM_HEADS.get(model.config.model_type)
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
     if head is None:
-        return model(**inputs).logits[chosen], labels[chosen]
+        return model(**inputs).logits[chosen], labels[chosen], None
     hidden = model.base_model(**inputs).last_hidden_state
-    return head(model, hidden[chosen]), labels[chosen]
+    return head(model, hidden[chosen]), labels[chosen], None
+
+
+def masked_logits(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``pretraining_logits``' masked-token logits and gold ids."""
+    return pretraining_logits(model, batch)[:2]
 
 
 def masked_lm_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
     """The ``*ForMaskedLM`` loss (mean cross-entropy over the labelled positions) from
-    ``masked_logits``: equal to the model's own, with its gradients."""
-    logits, gold = masked_logits(model, batch)
-    return torch.nn.functional.cross_entropy(logits, gold)
+    ``pretraining_logits``, plus the next-sentence cross-entropy where the batch has
+    ``next_sentence_label`` (``BertForPreTraining``'s loss): equal to the model's own, with its
+    gradients."""
+    logits, gold, next_logits = pretraining_logits(model, batch)
+    loss = torch.nn.functional.cross_entropy(logits, gold)
+    if next_logits is not None:
+        loss = loss + torch.nn.functional.cross_entropy(next_logits, batch["next_sentence_label"])
+    return loss
 
 
 @torch.no_grad()
 def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
     """Masked-token accuracy (%) and perplexity (exp of the mean cross-entropy over the masked
-    tokens) of ``batches`` (already masked with a fixed seed)."""
+    tokens) of ``batches`` (already masked with a fixed seed); with next-sentence labels also the
+    next-sentence accuracy (%) and loss over the pairs."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     loss_sum, correct, count = 0.0, 0, 0
+    next_loss, next_correct, next_random, pairs = 0.0, 0, 0, 0
     for batch in batches:
-        picked, gold = masked_logits(model, {k: v.to(device) for k, v in batch.items()})
+        batch = {k: v.to(device) for k, v in batch.items()}
+        picked, gold, next_logits = pretraining_logits(model, batch)
+        if next_logits is not None:
+            next_gold = batch["next_sentence_label"]
+            next_loss += float(torch.nn.functional.cross_entropy(next_logits.float(), next_gold, reduction="sum"))
+            next_correct += int((next_logits.argmax(-1) == next_gold).sum())
+            next_random += int(next_gold.sum())
+            pairs += len(next_gold)
         if not len(gold):
             continue
         picked = picked.float()
@@ -136,11 +229,16 @@ def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
         correct += int((picked.argmax(-1) == gold).sum())
         count += len(gold)
     model.train(was_training)
+    nsp = {}
+    if pairs:  # the majority label's share: what always guessing it scores (one-sentence texts are all random-next)
+        majority = max(next_random, pairs - next_random) / pairs
+        nsp = {"nsp_accuracy": 100.0 * next_correct / pairs, "nsp_loss": next_loss / pairs, "n_pairs": pairs,
+               "nsp_majority_accuracy": 100.0 * majority}
     if not count:
-        return {"mlm_accuracy": float("nan"), "perplexity": float("nan"), "mlm_loss": float("nan"), "n_masked": 0}
+        return {"mlm_accuracy": float("nan"), "perplexity": float("nan"), "mlm_loss": float("nan"), "n_masked": 0, **nsp}
     loss = loss_sum / count
     return {"mlm_accuracy": 100.0 * correct / count, "perplexity": math.exp(min(loss, 700.0)),
-            "mlm_loss": loss, "n_masked": count}
+            "mlm_loss": loss, "n_masked": count, **nsp}
 
 
 def held_out_curve(batches: list[dict], every: int, curve: list[dict]):

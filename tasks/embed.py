@@ -24,6 +24,18 @@ class Occurrence:
     tokens: list[int]
 
 
+def read_txt_lines(path: str) -> list[str]:
+    """Every line of a UTF-8 text file, blank ones included."""
+    if not os.path.isfile(path):
+        raise DataError(path, None, "file not found")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        return raw.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        raise DataError(path, raw[:e.start].count(b"\n") + 1, "not UTF-8 text") from None
+
+
 def read_texts(path: str, column: str = "text", fmt: str | None = None,
                quoting: str | None = "auto", option: str = "embed.column") -> list[tuple[str, str]]:
     """``(where, text)`` pairs: one text per line of a .txt file (blank lines skipped), or the
@@ -31,14 +43,7 @@ def read_texts(path: str, column: str = "text", fmt: str | None = None,
     ``option``: the config key named in errors)."""
     fmt = fmt or ("txt" if os.path.splitext(path)[1].lower() in (".txt", "") else None)
     if fmt == "txt":
-        if not os.path.isfile(path):
-            raise DataError(path, None, "file not found")
-        with open(path, "rb") as f:
-            raw = f.read()
-        try:
-            lines = raw.decode("utf-8-sig").splitlines()
-        except UnicodeDecodeError as e:
-            raise DataError(path, raw[:e.start].count(b"\n") + 1, "not UTF-8 text") from None
+        lines = read_txt_lines(path)
         rows = [(str(n), line) for n, line in enumerate(lines, 1) if line.strip()]
         if len(rows) < len(lines):
             log(f"{path}: skipped {len(lines) - len(rows)} blank line(s)")

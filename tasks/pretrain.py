@@ -1,30 +1,38 @@
 """``action=pretrain``, the data side: read text lines, hold some out, tokenize them once with
-character offsets, pack them into full ``max_length`` blocks ([SEP] between lines, no padding),
-and build the library's masked-LM collator (whole-word masking over whitespace-separated words,
+character offsets, pack them into full ``max_length`` blocks ([SEP] between lines, no padding) or,
+for next-sentence prediction, into BERT's sentence pairs (``nsp_pairs``), and build the library's masked-LM collator (whole-word masking over whitespace-separated words,
 Korean eojeol, decided from the offsets), with training masks keyed on the seed and the batch's
 place in training (exact resume). No modules here: the model is heads/mlm.py's.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import random
+import re
 from dataclasses import dataclass
 
 import torch
 from omegaconf import DictConfig
 
-from tasks.embed import read_texts
+from tasks.embed import read_texts, read_txt_lines
 from tasks.errors import ConfigError, DataError
+from tasks.log import log
 
-OBJECTIVES = ("mlm",)
+OBJECTIVES = ("mlm", "mlm+nsp")
+# One text per line: a sentence ends at . ? ! (or …) followed by whitespace.
+SENTENCE_END = re.compile(r"(?<=[.?!…])\s+")
 
 
 @dataclass
 class Text:
-    """The lines of one split and where they came from (for errors and results.json)."""
+    """The lines of one split and where they came from (for errors and results.json); for
+    next-sentence prediction also its documents (each a list of sentences; ``lines`` are then
+    all their sentences)."""
 
     lines: list[str]
     source: str
+    documents: list[list[str]] | None = None
 
 
 def file_list(value) -> list[str]:
@@ -43,29 +51,72 @@ def read_lines(paths: list[str], column: str, fmt: str | None, quoting: str | No
     return lines
 
 
-def load_text(data: DictConfig, seed: int) -> dict[str, Text]:
-    """``train`` and ``validation`` lines: the validation file, else a seeded
-    ``data.validation_split`` fraction of the training lines (default 5 %)."""
+def split_sentences(text: str) -> list[str]:
+    """The sentences of one text: cut after . ? ! … followed by whitespace."""
+    return [s for s in SENTENCE_END.split(text.strip()) if s]
+
+
+def read_documents(paths: list[str], column: str, fmt: str | None, quoting: str | None = "auto") -> list[list[str]]:
+    """Documents as lists of sentences: the blank-line-separated blocks of a ``.txt`` file that has
+    blank lines between texts (one sentence per line, as BERT's pretraining data), else each
+    text (a line, or a CSV/TSV/JSONL ``column`` value) cut into sentences by ``split_sentences``."""
+    documents: list[list[str]] = []
+    for path in paths:
+        is_txt = (fmt or ("txt" if os.path.splitext(path)[1].lower() in (".txt", "") else None)) == "txt"
+        lines = read_txt_lines(path) if is_txt else []
+        text = [line.strip() for line in lines]
+        filled = [i for i, t in enumerate(text) if t]
+        if filled and "" in text[filled[0]:filled[-1]]:  # a blank line between texts
+            block: list[str] = []
+            for line in text + [""]:
+                if line:
+                    block.append(line)
+                elif block:
+                    documents.append(block)
+                    block = []
+            continue
+        documents.extend(split_sentences(t) for _, t in read_texts(path, column, fmt, quoting=quoting,
+                                                                     option="data.text_column"))
+    return [d for d in documents if d]
+
+
+def hold_out(units: list, fraction: float, seed: int, source: str, what: str) -> tuple[list, list]:
+    """A seeded ``fraction`` of ``units`` (lines or documents) held out: (kept, held)."""
+    order = list(range(len(units)))
+    random.Random(seed).shuffle(order)
+    n_val = max(1, round(len(order) * fraction))
+    if n_val >= len(order):
+        raise DataError(source, None, f"{len(order)} {what}(s): too few to hold out a validation "
+                                      "split; give data.validation_file or more text")
+    held = set(order[:n_val])
+    return [u for i, u in enumerate(units) if i not in held], [u for i, u in enumerate(units) if i in held]
+
+
+def load_text(data: DictConfig, seed: int, documents: bool = False) -> dict[str, Text]:
+    """``train`` and ``validation`` lines (``documents``: documents of sentences, for next-sentence
+    prediction): the validation file, else a seeded ``data.validation_split`` fraction of the
+    training lines or documents (default 5 %)."""
     train_files = file_list(data.get("train_file"))
     if not train_files:
         raise ConfigError("action=pretrain needs data.train_file=FILE (.txt, one text per line, or "
                           "CSV/TSV/JSONL with data.text_column; a list of files is allowed)")
     column, fmt, quoting = str(data.get("text_column") or "text"), data.get("format"), data.get("quoting", "auto")
-    train = Text(read_lines(train_files, column, fmt, quoting), ",".join(train_files))
+    read = read_documents if documents else read_lines
+
+    def text(units: list, source: str) -> Text:
+        if documents:
+            return Text([s for d in units for s in d], source, units)
+        return Text(units, source)
+
+    source = ",".join(train_files)
+    train = read(train_files, column, fmt, quoting)
     val_files = file_list(data.get("validation_file"))
     if val_files:
-        return {"train": train, "validation": Text(read_lines(val_files, column, fmt, quoting), ",".join(val_files))}
+        return {"train": text(train, source),
+                "validation": text(read(val_files, column, fmt, quoting), ",".join(val_files))}
     fraction = float(data.get("validation_split") or 0.05)
-    order = list(range(len(train.lines)))
-    random.Random(seed).shuffle(order)
-    n_val = max(1, round(len(order) * fraction))
-    if n_val >= len(order):
-        raise DataError(train.source, None, f"{len(order)} line(s): too few to hold out a validation "
-                                            "split; give data.validation_file or more text")
-    held = set(order[:n_val])
-    return {"train": Text([t for i, t in enumerate(train.lines) if i not in held], train.source),
-            "validation": Text([t for i, t in enumerate(train.lines) if i in held],
-                               f"{train.source} (seeded {fraction:g} held out)")}
+    kept, held = hold_out(train, fraction, seed, source, "document" if documents else "line")
+    return {"train": text(kept, source), "validation": text(held, f"{source} (seeded {fraction:g} held out)")}
 
 
 def check_vocabulary(tokenizer, model_cfg: DictConfig, source: str) -> None:
@@ -116,6 +167,77 @@ def pack_blocks(tokenizer, ids: list[list[int]], offsets: list[list[tuple]], blo
             for i in range(0, len(stream_ids), step)]
 
 
+def nsp_pairs(tokenizer, text: Text, max_length: int, seed: int) -> list[dict]:
+    """BERT's ``create_instances_from_document`` (create_pretraining_data.py) with
+    ``short_seq_prob=0`` and one duplicate: each document's sentences are gathered into chunks of
+    up to ``max_length - 3`` tokens; a chunk's first 1..n-1 sentences are segment A; B is the rest
+    of the chunk (``next_sentence_label`` 0) or, half of the time and always for a one-sentence
+    chunk, sentences from a random place in another document (label 1; the chunk's unused
+    sentences go back to the document). ``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0 then 1,
+    the longer segment cut at a random end until the pair fits; padded to ``max_length``."""
+    if len(text.documents) < 2:
+        raise DataError(text.source, None, f"{len(text.documents)} document(s): next-sentence prediction "
+                                           "needs at least two (a random next segment comes from another)")
+    ids, offsets = tokenize_lines(tokenizer, text.lines)
+    tokens, start = [], 0  # per document, per sentence: [(id, offset), …]
+    for doc in text.documents:
+        tokens.append([list(zip(ids[i], offsets[i])) for i in range(start, start + len(doc))])
+        start += len(doc)
+    rng, budget, rows = random.Random(seed), max_length - 3, []
+    for d, doc in enumerate(tokens):
+        chunk, length, i = [], 0, 0
+        while i < len(doc):
+            chunk.append(doc[i])
+            length += len(doc[i])
+            if i == len(doc) - 1 or length >= budget:
+                a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+                a = [t for s in chunk[:a_end] for t in s]
+                is_random = len(chunk) == 1 or rng.random() < 0.5
+                if is_random:
+                    other = d
+                    for _ in range(10):  # as BERT: ten tries at another document
+                        other = rng.randint(0, len(tokens) - 1)
+                        if other != d:
+                            break
+                    b = []
+                    for sentence in tokens[other][rng.randint(0, len(tokens[other]) - 1):]:
+                        b += sentence
+                        if len(b) >= budget - len(a):
+                            break
+                    i -= len(chunk) - a_end  # the unused sentences go back
+                else:
+                    b = [t for s in chunk[a_end:] for t in s]
+                while len(a) + len(b) > budget:
+                    longer = a if len(a) > len(b) else b
+                    longer.pop(0 if rng.random() < 0.5 else -1)
+                if a and b:
+                    rows.append(_pair_row(tokenizer, a, b, int(is_random), max_length))
+                chunk, length = [], 0
+            i += 1
+    return rows
+
+
+def _pair_row(tokenizer, a: list[tuple], b: list[tuple], label: int, length: int) -> dict:
+    cls, sep = [(tokenizer.cls_token_id, (0, 0))], [(tokenizer.sep_token_id, (0, 0))]
+    pair = cls + a + sep + b + sep
+    row = _row(tokenizer, [t for t, _ in pair], [o for _, o in pair],
+               [1] + [0] * len(a) + [1] + [0] * len(b) + [1], length)
+    types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    return {**row, "token_type_ids": types + [0] * (length - len(types)), "next_sentence_label": label}
+
+
+def model_blocks(tokenizer, text: Text, max_length: int, seed: int) -> list[dict]:
+    """The rows a split trains or is scored on: sentence pairs where ``text`` has documents
+    (next-sentence prediction), else packed blocks."""
+    if text.documents is not None:
+        rows = nsp_pairs(tokenizer, text, max_length, seed)
+        random_next = sum(r["next_sentence_label"] for r in rows)
+        log(f"{text.source}: {len(rows)} sentence pairs ({random_next} with a random next segment) from "
+            f"{len(text.documents)} documents, {len(text.lines)} sentences")
+        return rows
+    return pack_blocks(tokenizer, *tokenize_lines(tokenizer, text.lines), max_length)
+
+
 def line_blocks(tokenizer, ids: list[list[int]], offsets: list[list[tuple]], max_length: int) -> list[dict]:
     """run_mlm's ``--line_by_line --pad_to_max_length``: ``[CLS] line [SEP]`` per row, cut at and
     padded to ``max_length`` (the baseline packing is measured against)."""
@@ -131,6 +253,14 @@ def padding_efficiency(rows: list[dict]) -> float:
     return sum(sum(r["attention_mask"]) for r in rows) / total if total else 0.0
 
 
+def objective(p: DictConfig) -> str:
+    """``pretrain.objective``, checked."""
+    value = str(p.get("objective") or "mlm")
+    if value not in OBJECTIVES:
+        raise ConfigError(f"pretrain.objective={value}: must be one of {', '.join(OBJECTIVES)}")
+    return value
+
+
 def mlm_collator(tokenizer, p: DictConfig, seed: int | None = None):
     """The library's ``DataCollatorForLanguageModeling``: ``pretrain.mlm_probability`` of the
     tokens chosen, 80 % → [MASK], 10 % → a random token, 10 % kept. ``pretrain.whole_word``:
@@ -140,9 +270,7 @@ def mlm_collator(tokenizer, p: DictConfig, seed: int | None = None):
     random replacement with whole words). ``seed``: a fixed masking (held-out evaluation)."""
     from transformers import DataCollatorForLanguageModeling
 
-    if str(p.get("objective", "mlm")) not in OBJECTIVES:
-        raise ConfigError(f"pretrain.objective={p.objective}: only 'mlm' is implemented (no next-sentence "
-                          "prediction: lines are packed across sentence boundaries, as RoBERTa does)")
+    objective(p)
     probability = float(p.mlm_probability)
     if not 0.0 < probability < 1.0:
         raise ConfigError(f"pretrain.mlm_probability={probability}: must be between 0 and 1")

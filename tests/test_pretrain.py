@@ -122,27 +122,33 @@ MLM_CONFIGS = {  # tiny *ForMaskedLM of each architecture with its own MLM head,
 }
 
 
+def assert_loss_and_gradients_equal_the_models_own(model, batch: dict) -> None:
+    from heads.mlm import masked_lm_loss
+
+    model.zero_grad()
+    full = model(**batch).loss
+    full.backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    loss = masked_lm_loss(model, batch)
+    loss.backward()
+    assert loss.item() == pytest.approx(full.item(), abs=1e-5)
+    for name, param in model.named_parameters():
+        assert torch.allclose(param.grad, expected[name], atol=1e-4), name
+
+
 @pytest.mark.parametrize("arch", sorted(MLM_CONFIGS))
 def test_masked_only_loss_and_gradients_equal_the_full_computation(arch, tokenizer, blocks):
     from transformers import AutoConfig, AutoModelForMaskedLM
 
-    from heads.mlm import masked_lm_loss, masked_logits
+    from heads.mlm import masked_logits
 
     config = AutoConfig.for_model(arch, vocab_size=len(tokenizer), max_position_embeddings=64, **MLM_CONFIGS[arch])
     torch.manual_seed(0)
     model = AutoModelForMaskedLM.from_config(config)
     for whole_word in (False, True):
         _, batch = mask(tokenizer, blocks, whole_word=whole_word)
-        model.zero_grad()
-        full = model(**batch).loss
-        full.backward()
-        expected = {n: p.grad.clone() for n, p in model.named_parameters()}
-        model.zero_grad()
-        loss = masked_lm_loss(model, batch)
-        loss.backward()
-        assert loss.item() == pytest.approx(full.item(), abs=1e-5)
-        for name, param in model.named_parameters():
-            assert torch.allclose(param.grad, expected[name], atol=1e-4), name
+        assert_loss_and_gradients_equal_the_models_own(model, batch)
     logits, gold = masked_logits(model, batch)  # what the held-out metrics score: the full logits' rows
     chosen = batch["labels"] != IGNORE
     with torch.no_grad():
@@ -215,7 +221,7 @@ def test_sinusoidal_positions_are_shiftable_waves_at_the_init_scale():
         load_mlm_model(cfg, 100, seed=0, position_init="rotary")
 
 
-def test_mimetic_attention_starts_local_with_sinusoidal_positions():
+def test_tied_qk_attention_starts_local_with_sinusoidal_positions():
     from heads.mlm import load_mlm_model
     from tasks.errors import ConfigError
 
@@ -223,14 +229,14 @@ def test_mimetic_attention_starts_local_with_sinusoidal_positions():
                             "config_overrides": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
                                                  "intermediate_size": 128, "max_position_embeddings": 64}})
     waves = load_mlm_model(cfg, 100, seed=0, position_init="sinusoidal")
-    mimetic = load_mlm_model(cfg, 100, seed=0, position_init="sinusoidal", attention_init="mimetic")
-    for layer in mimetic.bert.encoder.layer:
+    tied = load_mlm_model(cfg, 100, seed=0, position_init="sinusoidal", attention_init="tied_qk")
+    for layer in tied.bert.encoder.layer:
         attention = layer.attention.self
         assert torch.equal(attention.query.weight, attention.key.weight)
         for rows in attention.query.weight.detach().split(32):  # each head: orthonormal rows
             assert torch.allclose(rows @ rows.T, torch.eye(32), atol=1e-5)
     # the rest of the seeded init is untouched
-    assert torch.equal(waves.bert.embeddings.word_embeddings.weight, mimetic.bert.embeddings.word_embeddings.weight)
+    assert torch.equal(waves.bert.embeddings.word_embeddings.weight, tied.bert.embeddings.word_embeddings.weight)
 
     def attention_shares(model):  # first layer, step 0: mass on the token itself, on tokens 1-2 away
         ids = torch.randint(5, 100, (4, 64), generator=torch.Generator().manual_seed(0))
@@ -242,13 +248,146 @@ def test_mimetic_attention_starts_local_with_sinusoidal_positions():
                 for low, high in ((0, 0), (1, 2))]
 
     standard_self, standard_near = attention_shares(waves)
-    mimetic_self, mimetic_near = attention_shares(mimetic)
-    blind_self, blind_near = attention_shares(load_mlm_model(cfg, 100, seed=0, attention_init="mimetic"))
-    assert standard_self < 2 / 64 < 0.2 < mimetic_self  # standard init: near uniform
+    tied_self, tied_near = attention_shares(tied)
+    blind_self, blind_near = attention_shares(load_mlm_model(cfg, 100, seed=0, attention_init="tied_qk"))
+    assert standard_self < 2 / 64 < 0.2 < tied_self  # standard init: near uniform
     # sinusoidal positions are what turns "attend to what is like you" into "attend to neighbours"
-    assert max(standard_near, blind_near) < 0.07 < mimetic_near  # uniform: 4 / 64 = 0.0625
+    assert max(standard_near, blind_near) < 0.07 < tied_near  # uniform: 4 / 64 = 0.0625
     with pytest.raises(ConfigError, match="attention_init"):
         load_mlm_model(cfg, 100, seed=0, attention_init="identity")
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_mimetic_attention_is_the_papers_query_key_and_value_output_form(heads):
+    from heads.mlm import load_mlm_model
+    from tasks.errors import ConfigError
+
+    d = 64
+    cfg = OmegaConf.create({"init": "random", "architecture": "bert", "name_or_path": None, "tokenizer": {},
+                            "config_overrides": {"hidden_size": d, "num_hidden_layers": 2, "num_attention_heads": heads,
+                                                 "intermediate_size": 128, "max_position_embeddings": 64}})
+    standard = load_mlm_model(cfg, 100, seed=0)
+    model = load_mlm_model(cfg, 100, seed=0, attention_init="mimetic", mimetic_alpha=[0.7, 0.4],
+                           mimetic_beta=[0.5, 0.3])
+    size, off = d // heads, ~torch.eye(d, dtype=torch.bool)
+    for layer in model.bert.encoder.layer:
+        attention, output = layer.attention.self, layer.attention.output.dense
+        for h in range(heads):  # W_qᵀ W_k: the score form x_i W_qᵀ W_k x_jᵀ of head h
+            rows = slice(h * size, (h + 1) * size)
+            form = (attention.query.weight[rows].T @ attention.key.weight[rows]).detach()
+            assert torch.linalg.matrix_rank(form) == size
+            if heads == 1:  # full rank: exactly αZ + βI, Z with N(0, 1/d) entries
+                assert form.diagonal().mean().item() == pytest.approx(0.5, abs=0.05)
+                assert form[off].std().item() == pytest.approx(0.7 / d ** 0.5, rel=0.1)
+            else:  # its rank-d/heads truncation: the identity part keeps a positive diagonal
+                assert form.diagonal().mean().item() > 3 * form[off].std().item()
+        value_output = (attention.value.weight.T @ output.weight.T).detach()  # x → x W_vᵀ W_oᵀ, all heads
+        assert value_output.diagonal().mean().item() == pytest.approx(-0.3, abs=0.05)
+        assert value_output[off].std().item() == pytest.approx(0.4 / d ** 0.5, rel=0.1)
+        assert not attention.query.bias.any() and not output.bias.any()
+    # the rest of the seeded init is untouched
+    for name, param in standard.named_parameters():
+        if not any(k in name for k in ("query.weight", "key.weight", "value.weight", "attention.output.dense.weight")):
+            assert torch.equal(param, model.get_parameter(name)), name
+    for alpha, beta in (([0.7], [0.7, 0.4]), ([0.7, -1], [0.7, 0.4]), (["x", 1], [0.7, 0.4])):
+        with pytest.raises(ConfigError, match="pretrain.mimetic_alpha=.*two numbers >= 0"):
+            load_mlm_model(cfg, 100, seed=0, attention_init="mimetic", mimetic_alpha=alpha, mimetic_beta=beta)
+
+
+def documents_corpus(tmp_path: Path) -> Path:
+    """The sample sentences as blank-line-separated documents of four sentences each."""
+    lines = sentences() * 3
+    path = tmp_path / "documents.txt"
+    path.write_text("\n\n".join("\n".join(lines[i:i + 4]) for i in range(0, len(lines), 4)) + "\n", encoding="utf-8")
+    return path
+
+
+def test_documents_are_blank_line_blocks_or_the_sentences_of_a_line(tmp_path):
+    blocks = tmp_path / "blocks.txt"
+    blocks.write_text("\n첫 문장.\n둘째 문장.\n\n\n셋째 문장!\n", encoding="utf-8")
+    lines = tmp_path / "lines.txt"
+    lines.write_text("첫 문장. 둘째 문장?  셋째\n다른 글… 끝!\n", encoding="utf-8")
+    assert pretrain.read_documents([str(blocks)], "text", None) == [["첫 문장.", "둘째 문장."], ["셋째 문장!"]]
+    assert pretrain.read_documents([str(lines)], "text", None) == [["첫 문장.", "둘째 문장?", "셋째"], ["다른 글…", "끝!"]]
+
+
+def test_nsp_pairs_follow_bert_half_true_next_half_another_document(tokenizer):
+    unique = list(dict.fromkeys(sentences()))  # each sentence in one document only
+    documents = [unique[i:i + 4] for i in range(0, len(unique), 4)]
+    text = pretrain.Text([s for d in documents for s in d], "docs", documents)
+    rows = pretrain.nsp_pairs(tokenizer, text, 128, seed=0)
+    ids, _ = pretrain.tokenize_lines(tokenizer, text.lines)
+    sentence_doc = {tuple(i): n for n, d in enumerate(documents) for i in ids[sum(map(len, documents[:n])):][:len(d)]}
+    sep = tokenizer.sep_token_id
+    for row in rows:
+        real = sum(row["attention_mask"])
+        tokens, types = row["input_ids"][:real], row["token_type_ids"][:real]
+        assert len(row["input_ids"]) == 128 and tokens[0] == tokenizer.cls_token_id and tokens[-1] == sep
+        a_end = tokens.index(sep)
+        assert types == [0] * (a_end + 1) + [1] * (real - a_end - 1)
+        assert row["special_tokens_mask"][:real] == [1] + [0] * (a_end - 1) + [1] + [0] * (real - a_end - 2) + [1]
+    labels = [r["next_sentence_label"] for r in rows]
+    # a coin per chunk, and a one-sentence chunk (often a put-back remainder) always takes a random next
+    assert 0.45 < sum(labels) / len(labels) < 0.7
+    # a true next segment continues A's document; whole sentences that fit show where each came from
+    checked = {0: 0, 1: 0}
+    for row in rows:
+        tokens = row["input_ids"][1:sum(row["attention_mask"]) - 1]
+        a, b = tokens[:tokens.index(sep)], tokens[tokens.index(sep) + 1:]
+        doc_a = {sentence_doc[k] for k in sentence_doc if len(k) <= len(a) and tuple(a[:len(k)]) == k}
+        doc_b = {sentence_doc[k] for k in sentence_doc if len(k) <= len(b) and tuple(b[:len(k)]) == k}
+        if len(doc_a) == 1 and len(doc_b) == 1:
+            checked[row["next_sentence_label"]] += 1
+            assert (doc_a == doc_b) == (row["next_sentence_label"] == 0)
+    assert min(checked.values()) > 5
+    assert rows == pretrain.nsp_pairs(tokenizer, text, 128, seed=0)  # seeded
+    with pytest.raises(pretrain.DataError, match="docs: 1 document"):
+        pretrain.nsp_pairs(tokenizer, pretrain.Text(documents[0], "docs", documents[:1]), 32, seed=0)
+
+
+def test_nsp_masked_only_loss_and_gradients_equal_bert_for_pretraining(tokenizer, tmp_path):
+    from transformers import AutoConfig, AutoModelForPreTraining
+
+    from heads.mlm import mlm_metrics
+
+    documents = pretrain.read_documents([str(documents_corpus(tmp_path))], "text", None)
+    text = pretrain.Text([s for d in documents for s in d], "docs", documents)
+    rows = pretrain.nsp_pairs(tokenizer, text, 32, seed=0)[:24]
+    config = AutoConfig.for_model("bert", vocab_size=len(tokenizer), max_position_embeddings=64, **BERT_SIZES)
+    torch.manual_seed(0)
+    model = AutoModelForPreTraining.from_config(config)
+    _, batch = mask(tokenizer, rows, whole_word=False)
+    assert set(batch) >= {"token_type_ids", "next_sentence_label"}
+    assert_loss_and_gradients_equal_the_models_own(model, batch)
+    scores = mlm_metrics(model, [batch])
+    with torch.no_grad():
+        nsp = model(**{k: v for k, v in batch.items() if k not in ("labels", "next_sentence_label")}).seq_relationship_logits
+    assert scores["nsp_accuracy"] == pytest.approx(100 * (nsp.argmax(-1) == batch["next_sentence_label"]).float().mean().item())
+    assert scores["n_pairs"] == 24
+    share = batch["next_sentence_label"].float().mean().item()
+    assert scores["nsp_majority_accuracy"] == pytest.approx(100 * max(share, 1 - share))
+
+
+def test_nsp_round_trip_fill_mask_finetune_and_refusals(tmp_path, run_job):
+    from transformers import AutoModelForMaskedLM, pipeline
+
+    res = run_job(TINY + [f"data.train_file={documents_corpus(tmp_path)}", "pretrain.objective=mlm+nsp",
+                          "train.max_steps=4"], "pre")
+    assert res["status"] == "ok", res.get("error")
+    for key in ("mlm_accuracy", "nsp_accuracy", "nsp_loss"):
+        assert key in res["initial_metrics"] and key in res["metrics"]
+    assert res["objective"] == "mlm+nsp"
+    model_dir = tmp_path / "pre" / "model"
+    AutoModelForMaskedLM.from_pretrained(model_dir)
+    assert len(pipeline("fill-mask", model=str(model_dir))("숙소가 [MASK] 편했어요.")) == 5
+    out = run_job(["task=nli", "data=sample", "model=klue", f"model.name_or_path={model_dir}", "mode=frozen",
+                   "train.max_steps=2"], "ft")
+    assert out["status"] == "ok", out.get("error")
+    for extra, want in ((["pretrain.objective=mlm+nsp", "model.architecture=electra"],
+                         "mlm+nsp needs a BERT model: electra has no next-sentence head"),
+                        (["pretrain.objective=sop"], "pretrain.objective=sop: must be one of mlm, mlm+nsp")):
+        bad = run_job(TINY + [f"data.train_file={documents_corpus(tmp_path)}", "train.max_steps=1", *extra], "bad")
+        assert bad["status"] == "failed" and want in bad["error"] and "\n" not in bad["error"], bad.get("error")
 
 
 def test_tokens_per_second_counts_only_the_steps_of_this_process():
@@ -310,11 +449,11 @@ def test_checkpoint_without_mlm_head_warns(tmp_path, run_job, tokenizer, caplog)
     with caplog.at_level("WARNING", logger="kotune"):
         res = run_job(["action=pretrain", "model=klue", f"model.name_or_path={plain}", "train.max_length=32",
                        f"data.train_file={corpus(tmp_path)}", "train.max_steps=1", "save_model=false",
-                       "pretrain.position_init=sinusoidal", "pretrain.attention_init=mimetic"], "head")
+                       "pretrain.position_init=sinusoidal", "pretrain.attention_init=tied_qk"], "head")
     assert res["status"] == "ok", res.get("error")
     assert "no masked-LM head" in caplog.text and "starts fresh" in caplog.text
     assert "position_init=sinusoidal ignored" in caplog.text  # a checkpoint keeps its own weights
-    assert "attention_init=mimetic ignored" in caplog.text
+    assert "attention_init=tied_qk ignored" in caplog.text
 
 
 @pytest.mark.parametrize("case", ["empty", "undecodable", "column", "vocab"])
@@ -341,12 +480,14 @@ def test_bad_input_is_one_line_naming_the_file(case, tmp_path, run_job):
     assert "\n" not in res["error"] and "traceback" not in res
 
 
-def test_resumed_pretraining_repeats_the_uninterrupted_steps(tmp_path, run_job, monkeypatch):
+@pytest.mark.parametrize("objective", ["mlm", "mlm+nsp"])
+def test_resumed_pretraining_repeats_the_uninterrupted_steps(objective, tmp_path, run_job, monkeypatch):
     """Stopped after a checkpoint in the second epoch and run again: every step's loss and the
     train loss equal an uninterrupted run's (masks keyed on the batch, not the global RNG)."""
     import heads.mlm
 
-    args = TINY + [f"data.train_file={corpus(tmp_path)}", "save_model=false", "train.batch_size=64",
+    text = corpus(tmp_path) if objective == "mlm" else documents_corpus(tmp_path)
+    args = TINY + [f"data.train_file={text}", f"pretrain.objective={objective}", "save_model=false", "train.batch_size=64",
                    "train.max_steps=14", "train.save_strategy=steps", "train.save_steps=3", "train.logging_steps=1"]
     whole = run_job(args, "whole")
     assert whole["status"] == "ok", whole.get("error")

@@ -30,19 +30,20 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     from heads.mlm import held_out_curve, load_mlm_model, masked_lm_trainer, mlm_metrics
 
     p, seed = cfg.pretrain, int(cfg.train.seed)
+    objective = pretrain.objective(p)
     cfg = copy.deepcopy(cfg)
     cfg.train.group_by_length = False  # every packed block has the same length
     with local_rank_zero_first():
-        text = pretrain.load_text(cfg.data, seed)
+        text = pretrain.load_text(cfg.data, seed, documents=objective == "mlm+nsp")
         log(f"pretrain: {len(text['train'].lines)} training lines, {len(text['validation'].lines)} held out")
         tokenizer = load_tokenizer(cfg.model, texts=text["train"].lines, cache_dir=cfg.cache_dir)
         pretrain.check_vocabulary(tokenizer, cfg.model, text["train"].source)
         warn_unknown_hangul(tokenizer, text["train"].lines)
         model = load_mlm_model(cfg.model, len(tokenizer), seed, p.get("position_init") or "random",
-                               p.get("attention_init") or "random")
+                               p.get("attention_init") or "random", objective,
+                               p.get("mimetic_alpha"), p.get("mimetic_beta"))
         max_length = resolve_max_length(int(cfg.train.max_length), model.config)
-        blocks = {s: pretrain.pack_blocks(tokenizer, *pretrain.tokenize_lines(tokenizer, t.lines), max_length)
-                  for s, t in text.items()}
+        blocks = {s: pretrain.model_blocks(tokenizer, t, max_length, seed) for s, t in text.items()}
     whole = bool(p.whole_word)
     eval_rows = pretrain.model_rows(blocks["validation"], whole)[: p.get("max_eval_blocks") or None]
     held_out = pretrain.masked_batches(eval_rows, pretrain.mlm_collator(tokenizer, p, seed=int(p.eval_seed)),
@@ -63,7 +64,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     log(f"after: masked-token accuracy {metrics['mlm_accuracy']:.2f} %, perplexity {metrics['perplexity']:.1f}")
     runtime = train_metrics.get("train_runtime") or float("nan")
     real_tokens = sum(sum(r["attention_mask"]) for r in blocks["train"])
-    res = {"task": "pretrain", "main_metric": "mlm_accuracy", "max_length": max_length,
+    res = {"task": "pretrain", "main_metric": "mlm_accuracy", "objective": objective, "max_length": max_length,
            "vocab_size": len(tokenizer), "n_train_lines": len(text["train"].lines),
            "n_eval_lines": len(text["validation"].lines), "n_train_blocks": len(blocks["train"]),
            "n_eval_blocks": len(eval_rows), "padding_efficiency": pretrain.padding_efficiency(blocks["train"]),

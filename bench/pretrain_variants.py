@@ -1,0 +1,76 @@
+"""A short check of pretraining variants with ``bench/pretrain_gain.py``'s mini recipe on
+../shared/data/corpus: ``pretrain.objective`` (mlm | mlm+nsp) and ``pretrain.attention_init``
+(random | tied_qk | mimetic), each pretrained for ``--steps`` steps from the same seed. Every model
+is scored on the same held-out masked blocks (the mlm run's packed blocks of the held-out lines,
+each model with its own tokenizer), so an mlm+nsp model, whose own held-out rows are sentence
+pairs, is compared on the same text; plus its own held-out next-sentence accuracy.
+
+    python bench/pretrain_variants.py --steps 300
+    python bench/pretrain_variants.py --steps 750 --variants mlm:random,mlm:tied_qk,mlm:mimetic
+
+Prints one row per variant and ``RESULT variant=… mlm_loss=… mlm_accuracy=… nsp_accuracy=…``.
+Runs are cached under ``cache_dir/pretrain_variants/<recipe hash>`` (never in the project).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from types import SimpleNamespace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from bench.pretrain_gain import CORPUS, compose, job, pretrain_overrides  # noqa: E402
+
+MINI = dict(vocab=2000, hidden=128, layers=2, block=64, batch=64, lr=1e-3, dropout=0.0, ft_max_length=128,
+            position_init="sinusoidal")
+
+
+def common_held_out(cfg, model_dir: str) -> dict:
+    """The saved model (as ``AutoModelForMaskedLM``) on the packed blocks of the held-out lines."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from heads.mlm import mlm_metrics
+    from tasks import pretrain
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    lines = pretrain.load_text(cfg.data, int(cfg.train.seed))["validation"].lines
+    blocks = pretrain.pack_blocks(tokenizer, *pretrain.tokenize_lines(tokenizer, lines), int(cfg.train.max_length))
+    rows = pretrain.model_rows(blocks, bool(cfg.pretrain.whole_word))[: cfg.pretrain.max_eval_blocks]
+    collator = pretrain.mlm_collator(tokenizer, cfg.pretrain, seed=int(cfg.pretrain.eval_seed))
+    batches = pretrain.masked_batches(rows, collator, int(cfg.train.eval_batch_size))
+    return mlm_metrics(AutoModelForMaskedLM.from_pretrained(model_dir), batches)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--variants", default="mlm:random,mlm:tied_qk,mlm:mimetic,mlm+nsp:tied_qk",
+                   help="objective:attention_init, comma-separated")
+    p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
+    a = p.parse_args()
+    from tasks.base import fingerprint
+
+    print(f"{'variant':<18} {'minutes':>7} {'MLM loss':>8} {'MLM acc %':>9} {'NSP acc % (before → after)':>40}")
+    for variant in a.variants.split(","):
+        objective, init = variant.split(":")
+        recipe = SimpleNamespace(**MINI, attention_init=init, pretrain_steps=a.steps)
+        overrides = pretrain_overrides(recipe, a.cache_dir) + [f"pretrain.objective={objective}"]
+        run_dir = os.path.join(a.cache_dir, "pretrain_variants", fingerprint(overrides)[:12])
+        res = job(overrides, run_dir)
+        scores = common_held_out(compose(overrides), res["model_dir"])
+        before, after = res["initial_metrics"], res["metrics"]
+        nsp = (f"{before['nsp_accuracy']:.1f} → {after['nsp_accuracy']:.1f} (majority {after['nsp_majority_accuracy']:.1f})"
+               if "nsp_accuracy" in after else "-")
+        print(f"{variant:<18} {res['train_runtime_s'] / 60:>7.1f} {scores['mlm_loss']:>8.3f} "
+              f"{scores['mlm_accuracy']:>9.2f} {nsp:>40}")
+        print(f"RESULT variant={variant} steps={res['train_steps']} mlm_loss={scores['mlm_loss']:.4f} "
+              f"mlm_accuracy={scores['mlm_accuracy']:.3f} nsp_accuracy={after.get('nsp_accuracy', float('nan')):.2f} "
+              f"n_masked={scores['n_masked']} data={','.join(os.path.basename(c) for c in CORPUS)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
