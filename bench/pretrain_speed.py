@@ -86,13 +86,12 @@ def pretrain_config(batch: int, steps: int, precision: str = "fp32"):
 
 def kotune_trainer(model, tokenizer, rows: list[dict], batch: int, steps: int, out: str, precision: str = "fp32"):
     """What ``action=pretrain`` builds: its arguments, Trainer class, keyed rows and collator."""
-    from kotune.trainer import KotuneTrainer, training_arguments
-    from heads.mlm import masked_lm_trainer
+    from kotune.trainer import PretrainingTrainer, training_arguments
     from tasks import pretrain
 
     cfg = pretrain_config(batch, steps, precision)
     args = training_arguments(cfg, out, ["labels"], do_eval=False)
-    return masked_lm_trainer(KotuneTrainer)(
+    return PretrainingTrainer(
         model=model, args=args, train_dataset=pretrain.KeyedRows(pretrain.model_rows(rows, False)),
         data_collator=pretrain.training_collator(tokenizer, cfg.pretrain, int(cfg.train.seed)))
 
@@ -105,8 +104,8 @@ def kotune_before_trainer(model, tokenizer, rows: list[dict], batch: int, steps:
 
     cfg = pretrain_config(batch, steps)
     return KotuneTrainer(model=model, args=training_arguments(cfg, out, ["labels"], do_eval=False),
-                               train_dataset=pretrain.model_rows(rows, False),
-                               data_collator=pretrain.mlm_collator(tokenizer, cfg.pretrain))
+                         train_dataset=pretrain.model_rows(rows, False),
+                         data_collator=pretrain.mlm_collator(tokenizer, cfg.pretrain))
 
 
 def measure(make, initial, tokens_per_step: int, steps: int, profile: bool) -> tuple[list[float], int]:

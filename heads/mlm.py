@@ -14,7 +14,6 @@ from heads.encoder import _from_hub_or_cache, build_config
 from tasks.collate import IGNORE
 from tasks.errors import ConfigError
 from tasks.log import log, warn
-from tasks.pretrain import EpochSampler
 
 
 def sinusoidal_positions(model: torch.nn.Module) -> None:
@@ -255,22 +254,3 @@ def held_out_curve(batches: list[dict], every: int, curve: list[dict]):
                     f"loss {point['mlm_loss']:.3f}")
 
     return HeldOutCurve()
-
-
-def masked_lm_trainer(base: type) -> type:
-    """``base`` (a ``transformers.Trainer`` class) for pretraining: the loss is ``masked_lm_loss``
-    (the MLM head at the masked positions only), and the training rows come in
-    ``tasks.pretrain.EpochSampler``'s order, keyed for ``KeyedRows`` and ``KeyedMasking`` (exact
-    resume). A wrapped model (DistributedDataParallel, ``train.compile``) keeps its own forward:
-    calling its inner modules would bypass the wrapper."""
-    class MaskedLMTrainer(base):
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            if return_outputs or model is not self.model:
-                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            return masked_lm_loss(model, inputs)
-
-        def _get_train_sampler(self, train_dataset=None):
-            dataset = self.train_dataset if train_dataset is None else train_dataset
-            return EpochSampler(len(dataset), self.args.data_seed if self.args.data_seed is not None else self.args.seed)
-
-    return MaskedLMTrainer

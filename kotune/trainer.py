@@ -219,3 +219,24 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
         resume_config=resume_identity(cfg),
         tensorboard_dir=tensorboard_dir(cfg, run_dir) if train is not None else None,
     )
+
+
+class PretrainingTrainer(KotuneTrainer):
+    """``action=pretrain``'s trainer: the loss is ``heads.mlm.masked_lm_loss`` (the MLM head at the
+    masked positions only; plus next-sentence prediction where the batch has it), and the training
+    rows come in ``tasks.pretrain.EpochSampler``'s order, keyed for ``KeyedRows`` and ``KeyedMasking``
+    (exact resume). A wrapped model (DistributedDataParallel, ``train.compile``) keeps its own
+    forward: calling its inner modules would bypass the wrapper."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        from heads.mlm import masked_lm_loss
+
+        if return_outputs or model is not self.model:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        return masked_lm_loss(model, inputs)
+
+    def _get_train_sampler(self, train_dataset=None):
+        from tasks.pretrain import EpochSampler
+
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        return EpochSampler(len(dataset), self.args.data_seed if self.args.data_seed is not None else self.args.seed)

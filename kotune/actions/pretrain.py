@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from kotune.build import resolve_max_length, warn_unknown_hangul
 from kotune.resume import resume_identity, train_resumable
 from kotune.runtime import local_rank_zero_first
-from kotune.trainer import KotuneTrainer, tensorboard_dir, training_arguments
+from kotune.trainer import PretrainingTrainer, tensorboard_dir, training_arguments
 from tasks import pretrain
 from tasks.log import log
 
@@ -27,7 +27,7 @@ def tokens_per_second(epoch_tokens: int, train_metrics: dict, steps: int, resume
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
     from heads.encoder import load_tokenizer
-    from heads.mlm import held_out_curve, load_mlm_model, masked_lm_trainer, mlm_metrics
+    from heads.mlm import held_out_curve, load_mlm_model, mlm_metrics
 
     p, seed = cfg.pretrain, int(cfg.train.seed)
     objective = pretrain.objective(p)
@@ -51,7 +51,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     initial = mlm_metrics(model, held_out)
     log(f"before: masked-token accuracy {initial['mlm_accuracy']:.2f} %, perplexity {initial['perplexity']:.1f}")
     curve = [{"step": 0, **initial}]
-    trainer = masked_lm_trainer(KotuneTrainer)(
+    trainer = PretrainingTrainer(
         model=model, args=training_arguments(cfg, run_dir, ["labels"], do_eval=False),
         train_dataset=pretrain.KeyedRows(pretrain.model_rows(blocks["train"], whole)),
         data_collator=pretrain.training_collator(tokenizer, p, seed),
