@@ -223,6 +223,14 @@ def read_paper(path: Path) -> dict[tuple[str, str, str], float]:
     return out
 
 
+def with_presets(paper: dict, runs: list[dict]) -> dict:
+    """A task preset (``task=dp_klue``: ``kind: dp``) is compared with its task's published numbers."""
+    kinds = {r["task"]: (r["config"].get("task") or {}).get("kind") for r in runs}
+    aliases = {(model, task, metric): value for task, kind in kinds.items() if kind and kind != task
+               for (model, t, metric), value in paper.items() if t == kind}
+    return {**paper, **aliases}
+
+
 def paper_value(paper: dict, row: tuple, task: str, metric: str) -> float | None:
     model, mode, _ = row
     return paper.get((model, task, metric)) if mode == "finetune" else None  # the paper fine-tunes
@@ -528,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: no runs found: no readable results.json under {', '.join(args.dirs)} "
               "(a run writes one when it ends)", file=sys.stderr)
         return 1
-    paper = read_paper(Path(args.paper_file)) if args.paper else None
+    paper = with_presets(read_paper(Path(args.paper_file)), runs) if args.paper else None
     if paper is not None and not any(with_paper(paper, r["task"], m) for r in runs for m in r["metrics"]):
         warn(f"{args.paper_file} has no published number for these tasks' metrics: no paper columns")
     out = Path(args.out or args.dirs[0])

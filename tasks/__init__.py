@@ -25,8 +25,9 @@ TASKS: dict[str, type[Task]] = {
 
 
 def build_task(task_cfg: DictConfig) -> Task:
-    """The task object for a resolved ``cfg.task`` node."""
-    name = task_cfg.get("name")
-    if name not in TASKS:
-        raise ConfigError(f"unknown task '{name}' (choices: {', '.join(sorted(TASKS))})")
-    return TASKS[name](OmegaConf.create(OmegaConf.to_container(task_cfg, resolve=True)))
+    """The task object for a resolved ``cfg.task`` node: ``kind`` names the registered task a preset
+    is (``task=dp_klue``: ``name: dp_klue``, ``kind: dp``), else its ``name`` does."""
+    kind = task_cfg.get("kind") or task_cfg.get("name")
+    if kind not in TASKS:
+        raise ConfigError(f"unknown task '{kind}' (choices: {', '.join(sorted(TASKS))})")
+    return TASKS[kind](OmegaConf.create(OmegaConf.to_container(task_cfg, resolve=True)))

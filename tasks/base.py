@@ -187,7 +187,7 @@ class Task:
 
 # ---- splits ------------------------------------------------------------------------------
 def sample_file(task_cfg: DictConfig, split: str) -> str:
-    folder = os.path.join(SAMPLES_DIR, task_cfg.get("sample", task_cfg.name))
+    folder = os.path.join(SAMPLES_DIR, task_cfg.get("sample") or task_cfg.get("kind") or task_cfg.name)
     stem = "train" if split == "train" else "dev"
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         if name.split(".")[0] == stem:

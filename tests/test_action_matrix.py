@@ -123,7 +123,8 @@ UNLABELLED = {
 
 
 def unlabelled_dev(task_name: str, dev: Path, out_dir: Path) -> Path:
-    task_name = compose([f"task={task_name}"]).task.name  # a preset (dp_klue) reads its task's format
+    task = compose([f"task={task_name}"]).task
+    task_name = task.get("kind") or task.name  # a preset (dp_klue) reads its task's format
     out = out_dir / f"unlabelled{dev.suffix}"
     if task_name == "text_pair":
         rows = [json.loads(line) for line in dev.read_text(encoding="utf-8").splitlines() if line.strip()]

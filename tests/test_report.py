@@ -238,3 +238,21 @@ def test_every_published_task_has_a_reference_its_recipe_and_train_klue_meet(tmp
         ref = OmegaConf.to_container(cfg.task.reference)
         assert {k for k, v in ref["train"].items() if cfg.train[k] != v} == set(), task
         assert {k for k, v in ref["task"].items() if cfg.task[k] != v} == default_differs.get(task, set()), task
+
+
+def test_a_task_preset_gets_its_own_rows_and_its_tasks_paper_numbers(tmp_path):
+    """task=dp_klue (kind dp) and task=dp are reported apart, both against KLUE's published DP row."""
+    d = tmp_path / "runs"
+    paper = tmp_path / "paper.csv"
+    paper.write_text("model,task,metric,value\nklue,dp,las_macro_f1,87.77\n")
+    for task, kind, las in (("dp", None, 60.0), ("dp_klue", "dp", 70.0)):
+        body = {"task": task, "model": "klue", "mode": "finetune", "action": "train", "seed": 1, "status": "ok",
+                "main_metric": "las_macro_f1", "metrics": {"las_macro_f1": las}, "main_score": las,
+                "config_hash": task, "config": {"task": {"name": task, **({"kind": kind} if kind else {})},
+                                                "model": {"name": "klue"}, "train": {"seed": 1}}}
+        (d / task).mkdir(parents=True)
+        (d / task / "results.json").write_text(json.dumps(body))
+    assert report.main([str(d), "--paper", "--paper-file", str(paper)]) == 0
+    row = read_csv(d / "leaderboard.csv")[("klue", "finetune")]
+    assert float(row["dp.las_macro_f1.mean"]) == 60.0 and float(row["dp_klue.las_macro_f1.mean"]) == 70.0
+    assert float(row["dp.las_macro_f1.paper"]) == float(row["dp_klue.las_macro_f1.paper"]) == 87.77
