@@ -18,7 +18,7 @@ standard errors. The downstream curve fine-tunes the pretraining's own step-0 we
 checkpoints on NER like the final model (is a gain the pretraining's or its init's?).
 
     python bench/pretrain_gain.py                      # the default budget (see --help)
-    python bench/pretrain_gain.py --pretrain-steps 20 --ft-steps 10 --seeds 1,2 --out /tmp/g  # a smoke run
+    python bench/pretrain_gain.py --pretrain-steps 20 --ft-steps 10 --seeds 1,2 --out smoke  # a smoke run
 
 Prints the minutes of each phase, a table, ``RESULT pretrain_minutes=… mlm_accuracy=… hate_gain=…
 hate_gain_se=… ner_gain=… ner_gain_se=… sts_gain=… sts_gain_se=…``, a PNG and the leaderboard of
