@@ -49,22 +49,27 @@ CORPUS = [f"{SHARED}/corpus/news-comments.txt", f"{SHARED}/corpus/news-titles.tx
           f"{SHARED}/corpus/korsts-train-sentences.txt"]
 NER_FILE = f"{SHARED}/klue/klue-ner-v1.1_dev.tsv"
 KLUE_STS_DEV = f"{SHARED}/klue/klue-sts-v1.1_dev.json"
-METRIC = {"hate": "accuracy", "ner": "entity_f1", "sts": "pearson"}
+KORSTS = f"{SHARED}/korsts/sts-train.tsv"
+METRIC = {"hate": "accuracy", "ner": "entity_f1", "sts": "pearson", "korsts": "pearson"}
 STS_SCORED = "_klue_sts_dev"  # the run dir suffix of an STS run's action=eval on KLUE STS dev
 
 
-def task_data(task: str, ner_split: dict[str, str]) -> tuple[list[str], list[str]]:
+def task_data(task: str, splits: dict[str, dict[str, str]]) -> tuple[list[str], list[str]]:
     """``task``'s (training data overrides, evaluation overrides of the same run; STS's own run
-    evaluates on 64 training pairs, never reported: a separate ``action=eval`` scores KLUE STS dev)."""
+    evaluates on 64 training pairs, never reported: a separate ``action=eval`` scores KLUE STS dev).
+    ``splits``: the fixed train / eval files of ``ner`` and ``korsts`` (``fixed_splits``)."""
     if task == "hate":
-        return ([f"task=text_cls", f"data.train_file={SHARED}/hate-speech/train.tsv", "data.text_column=comments",
+        return (["task=text_cls", f"data.train_file={SHARED}/hate-speech/train.tsv", "data.text_column=comments",
                  "data.label_column=hate", "data.format=tsv"], [f"data.validation_file={SHARED}/hate-speech/dev.tsv"])
     if task == "ner":
-        return ["task=ner", f"data.train_file={ner_split['train']}"], [f"data.validation_file={ner_split['eval']}"]
+        return (["task=ner", f"data.train_file={splits['ner']['train']}"],
+                [f"data.validation_file={splits['ner']['eval']}"])
     if task == "sts":
-        korsts = f"{SHARED}/korsts/sts-train.tsv"
-        return ([f"task=sts", f"data.train_file={korsts}", "data.label_column=score"],
-                [f"data.validation_file={korsts}", "data.max_eval_samples=64"])
+        return (["task=sts", f"data.train_file={KORSTS}", "data.label_column=score"],
+                [f"data.validation_file={KORSTS}", "data.max_eval_samples=64"])
+    if task == "korsts":  # in-domain pairs: a fixed held-out part of KorSTS train
+        return (["task=sts", f"data.train_file={splits['korsts']['train']}", "data.label_column=score"],
+                [f"data.validation_file={splits['korsts']['eval']}"])
     raise SystemExit(f"unknown task {task!r} (known: {', '.join(METRIC)})")
 
 
@@ -80,6 +85,21 @@ def split_blocks(text: str, fraction: float, seed: int) -> tuple[str, str]:
         raise ValueError(f"{len(blocks)} block(s): too few to hold out {fraction}")
     rest, out = ([b.strip("\n") for i, b in enumerate(blocks) if (i in held) == keep] for keep in (False, True))
     return "\n\n".join(rest) + "\n", "\n\n".join(out) + "\n"
+
+
+def split_rows(text: str, fraction: float, seed: int, group_column: str) -> tuple[str, str]:
+    """A seeded ``fraction`` of the groups of a TSV's rows (rows sharing ``group_column``'s value, e.g.
+    KorSTS pairs with the same first sentence, stay together) as (rest, held out): the header on
+    both, rows in file order."""
+    header, *rows = [line for line in text.split("\n") if line.strip()]
+    column = header.split("\t").index(group_column)
+    groups = sorted({row.split("\t")[column] for row in rows})
+    random.Random(seed).shuffle(groups)
+    held = set(groups[: max(1, round(len(groups) * fraction))])
+    if len(held) >= len(groups):
+        raise ValueError(f"{len(groups)} group(s): too few to hold out {fraction}")
+    rest, out = ([r for r in rows if (r.split("\t")[column] in held) == keep] for keep in (False, True))
+    return "\n".join([header, *rest]) + "\n", "\n".join([header, *out]) + "\n"
 
 
 def paired_gain(pretrained: list[float], random_twin: list[float]) -> dict:
@@ -141,28 +161,42 @@ def pretrain_overrides(a, cache_dir: str) -> list[str]:
             f"train.batch_size={a.batch}", f"train.max_steps={a.pretrain_steps}",
             f"train.learning_rate={a.lr}", "train.warmup_ratio=0.06", "train.logging_steps=25",
             "train.eval_batch_size=128", "pretrain.max_eval_blocks=300",
-            f"pretrain.eval_every={max(1, a.pretrain_steps // 8)}", f"cache_dir={cache_dir}"]
+            f"pretrain.eval_every={max(1, a.pretrain_steps // 8)}", f"cache_dir={cache_dir}"] + (
+            # appended only when not the default, so that mlm recipes keep their cache (hash)
+            [f"pretrain.objective={a.objective}"] if getattr(a, "objective", "mlm") != "mlm" else [])
+
+
+def pretrain_dir(a, cache_dir: str) -> str:
+    """The recipe's pretraining run directory (its model in ``model/``)."""
+    from tasks.base import fingerprint
+
+    return os.path.join(cache_dir, "pretrain_gain", fingerprint(pretrain_overrides(a, cache_dir))[:12])
 
 
 def pretrain(a, cache_dir: str) -> tuple[dict, str]:
-    from tasks.base import fingerprint
-
-    overrides = pretrain_overrides(a, cache_dir)
-    run_dir = os.path.join(cache_dir, "pretrain_gain", fingerprint(overrides)[:12])
+    overrides, run_dir = pretrain_overrides(a, cache_dir), pretrain_dir(a, cache_dir)
     # checkpoints for the downstream curve (the run dir's name ignores them: resume keeps working)
     overrides += ["train.save_strategy=steps", f"train.save_steps={max(1, a.pretrain_steps // a.curve_points)}",
                   "train.save_total_limit=null"]
     return job(overrides, run_dir), os.path.join(run_dir, "model")
 
 
-def ner_split(cache_dir: str, fraction: float, seed: int) -> dict[str, str]:
-    """KLUE NER dev's fixed train / evaluation files (whole sentences), written once."""
-    folder = os.path.join(cache_dir, "pretrain_gain", f"ner-split-{fraction:g}-{seed}")
+def fixed_splits(cache_dir: str, fraction: float, seed: int) -> dict[str, dict[str, str]]:
+    """The fixed train / evaluation files, written once: KLUE NER dev by whole sentences, KorSTS
+    train by first sentence (``korsts``)."""
+    return {"ner": fixed_split(cache_dir, f"ner-split-{fraction:g}-{seed}", NER_FILE,
+                               lambda text: split_blocks(text, fraction, seed)),
+            "korsts": fixed_split(cache_dir, f"korsts-split-{fraction:g}-{seed}", KORSTS,
+                                  lambda text: split_rows(text, fraction, seed, "sentence1"))}
+
+
+def fixed_split(cache_dir: str, name: str, source: str, split) -> dict[str, str]:
+    folder = os.path.join(cache_dir, "pretrain_gain", name)
     paths = {"train": os.path.join(folder, "train.tsv"), "eval": os.path.join(folder, "eval.tsv")}
     if not all(os.path.exists(p) for p in paths.values()):
         os.makedirs(folder, exist_ok=True)
-        with open(NER_FILE, encoding="utf-8") as f:
-            parts = dict(zip(("train", "eval"), split_blocks(f.read(), fraction, seed)))
+        with open(source, encoding="utf-8") as f:
+            parts = dict(zip(("train", "eval"), split(f.read())))
         for name, text in parts.items():
             with open(paths[name] + ".tmp", "w", encoding="utf-8") as f:
                 f.write(text)
@@ -177,8 +211,8 @@ def run_dir_of(out: str, task: str, init: str, lr: float, seed: int, tag: str = 
 class Bench:
     """The fine-tuning side: one pretrained model directory, the options, the tasks' data."""
 
-    def __init__(self, a, model_dir: str, ner_files: dict[str, str]):
-        self.a, self.model_dir, self.ner_files = a, model_dir, ner_files
+    def __init__(self, a, model_dir: str, splits: dict[str, dict[str, str]]):
+        self.a, self.model_dir, self.splits = a, model_dir, splits
 
     def model_overrides(self, init: str, model_dir: str) -> list[str]:
         return ["model=klue", f"model.name=mini-{init}", f"model.name_or_path={model_dir}", f"model.init={init}",
@@ -189,7 +223,7 @@ class Bench:
         """A fine-tuning run's results: on ``--select-split`` of the training data (``select``), or on
         all of it, scored on the evaluation split (STS: the eval run on KLUE STS dev)."""
         a = self.a
-        train_data, evaluation = task_data(task, self.ner_files)
+        train_data, evaluation = task_data(task, self.splits)
         model = self.model_overrides(init, model_dir or self.model_dir)
         tag += "_select" if select else ""
         run_dir = run_dir_of(a.out, task, init, lr, seed, tag)
@@ -238,7 +272,7 @@ def initial_model(a, pretrain_dir: str, model_dir: str) -> str:
         cfg = compose(pretrain_overrides(a, a.cache_dir))
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = load_mlm_model(cfg.model, len(tokenizer), int(cfg.train.seed), cfg.pretrain.position_init,
-                               cfg.pretrain.attention_init, "mlm", cfg.pretrain.get("mimetic_alpha"),
+                               cfg.pretrain.attention_init, cfg.pretrain.objective, cfg.pretrain.get("mimetic_alpha"),
                                cfg.pretrain.get("mimetic_beta"))
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
@@ -269,6 +303,7 @@ def main() -> None:
                    help="encoder dropout (pretraining and both fine-tuned twins: the saved config)")
     p.add_argument("--position-init", default="sinusoidal", choices=("random", "sinusoidal"))
     p.add_argument("--attention-init", default="tied_qk", choices=("random", "tied_qk", "mimetic"))
+    p.add_argument("--objective", default="mlm", choices=("mlm", "mlm+nsp"), help="pretrain.objective")
     p.add_argument("--pretrain-steps", type=int, default=3000)
     p.add_argument("--curve-points", type=int, default=4,
                    help="pretraining checkpoints fine-tuned for the downstream curve")
@@ -281,7 +316,8 @@ def main() -> None:
                    help="learning-rate grid, picked per twin and task on --select-split of the training data")
     p.add_argument("--select-split", type=float, default=0.15,
                    help="held-out fraction of the training data that picks the learning rate (seed 1's split)")
-    p.add_argument("--ner-eval-split", type=float, default=0.2, help="KLUE NER dev's evaluation fraction")
+    p.add_argument("--ner-eval-split", type=float, default=0.2,
+                   help="the fixed splits' evaluation fraction: KLUE NER dev (by sentence), KorSTS train (by first sentence)")
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--tasks", default="hate,ner,sts")
     p.add_argument("--only-pretrain", action="store_true")
@@ -314,6 +350,10 @@ def main() -> None:
     print(f"pretraining: {pre['train_steps']} steps, {minutes:.1f} min, held-out masked accuracy "
           f"{acc0:.2f} → {acc:.2f} %, perplexity {pre['initial_metrics']['perplexity']:.1f} → "
           f"{pre['metrics']['perplexity']:.1f}, {pre['tokens_per_second']:.0f} tokens/s", flush=True)
+    if "nsp_accuracy" in pre["metrics"]:
+        print(f"held-out next-sentence accuracy {pre['initial_metrics']['nsp_accuracy']:.2f} → "
+              f"{pre['metrics']['nsp_accuracy']:.2f} % (always 'random next': "
+              f"{pre['metrics']['nsp_majority_accuracy']:.2f} %)", flush=True)
     for point in pre["held_out_curve"]:
         print(f"  step {point['step']:5d}: held-out masked acc {point['mlm_accuracy']:5.2f} %  "
               f"loss {point['mlm_loss']:.3f}", flush=True)
@@ -321,7 +361,7 @@ def main() -> None:
     if a.only_pretrain:
         return
     os.makedirs(a.out, exist_ok=True)
-    bench = Bench(a, model_dir, ner_split(a.cache_dir, a.ner_eval_split, seed=0))
+    bench = Bench(a, model_dir, fixed_splits(a.cache_dir, a.ner_eval_split, seed=0))
     chosen: dict = {}
     for task in tasks:
         for init in ("pretrained", "random"):

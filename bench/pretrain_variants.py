@@ -57,8 +57,8 @@ def main() -> None:
     print(f"{'variant':<18} {'minutes':>7} {'MLM loss':>8} {'MLM acc %':>9} {'NSP acc % (before → after)':>40}")
     for variant in a.variants.split(","):
         objective, init = variant.split(":")
-        recipe = SimpleNamespace(**MINI, attention_init=init, pretrain_steps=a.steps)
-        overrides = pretrain_overrides(recipe, a.cache_dir) + [f"pretrain.objective={objective}"]
+        recipe = SimpleNamespace(**MINI, attention_init=init, pretrain_steps=a.steps, objective=objective)
+        overrides = pretrain_overrides(recipe, a.cache_dir)
         run_dir = os.path.join(a.cache_dir, "pretrain_variants", fingerprint(overrides)[:12])
         res = job(overrides, run_dir)
         scores = common_held_out(compose(overrides), res["model_dir"])

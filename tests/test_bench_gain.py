@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from bench.pretrain_gain import paired_gain, split_blocks
+from bench.pretrain_gain import paired_gain, split_blocks, split_rows
 
 
 def test_paired_gain_mean_se_and_random_spread():
@@ -50,3 +50,38 @@ def test_split_blocks_is_seeded_whole_and_complete():
     assert sorted(blocks(rest) + blocks(held)) == sorted(blocks(text))
     with pytest.raises(ValueError, match="too few"):
         split_blocks("## only\na\tO\n", 0.5, seed=0)
+
+
+def test_split_rows_keeps_groups_together_and_the_header_on_both_sides():
+    header = "id\tscore\tsentence1\tsentence2"
+    rows = [f"{i}\t{i % 5}.0\tfirst {i // 3}\tsecond {i}" for i in range(30)]  # 10 groups of 3 pairs
+    text = "\n".join([header, *rows]) + "\n"
+    rest, held = split_rows(text, 0.2, seed=0, group_column="sentence1")
+    assert split_rows(text, 0.2, seed=0, group_column="sentence1") == (rest, held)
+    rest_rows, held_rows = rest.splitlines(), held.splitlines()
+    assert rest_rows[0] == held_rows[0] == header
+    assert len(held_rows) - 1 == 6 and len(rest_rows) - 1 == 24  # 2 of 10 groups, 3 rows each
+    group = lambda row: row.split("\t")[2]  # noqa: E731
+    assert not {group(r) for r in rest_rows[1:]} & {group(r) for r in held_rows[1:]}
+    assert sorted(rest_rows[1:] + held_rows[1:]) == sorted(rows)
+    assert rest_rows[1:] == [r for r in rows if r in rest_rows]  # file order kept
+    with pytest.raises(ValueError, match="too few"):
+        split_rows(f"{header}\n0\t1.0\ta\tb\n", 0.5, seed=0, group_column="sentence1")
+
+
+def test_recipe_difference_is_shown_in_either_direction():
+    from bench.pretrain_compare import difference, held_out_at
+
+    worse = difference([40.0, 41.0, 39.0], [45.0, 46.0, 44.5])
+    assert worse["mean"] == pytest.approx(-5.1666, abs=1e-3) and worse["shown"]
+    assert not difference([46.0, 43.0, 47.0], [44.0, 44.0, 44.0])["shown"]  # +1.33 ± 1.20
+    assert held_out_at([{"step": 750, "mlm_loss": 5.0}], 750)["mlm_loss"] == 5.0
+    assert held_out_at([{"step": 750, "mlm_loss": 5.0}], 3000) is None
+
+
+def test_probe_best_single_layer_ignores_the_mixes():
+    from bench.probe_layers import best_single
+
+    rows = [{"choice": "0", "mean": 1.0}, {"choice": "3", "mean": 5.0}, {"choice": "4", "mean": 2.0},
+            {"choice": "scalar_mix", "mean": 9.0}]
+    assert best_single(rows) == 3
