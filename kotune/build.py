@@ -13,7 +13,7 @@ from kotune.runtime import pad_multiple, seed_everything
 from tasks import build_task
 from tasks.base import EncodeSettings, Split, Task, encode_cached, load_splits
 from tasks.errors import ConfigError, KotuneError
-from tasks.log import log
+from tasks.log import log, warn
 
 UNK_WARN_RATE = 0.05
 
@@ -103,7 +103,11 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
         # a sequence head starts from a pretrained BERT's pooler (heads/native.py): keep it for them
         encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed),
                                head_kind=task.head if task is not None else None)
-    add_special_tokens(tokenizer, encoder, task.special_tokens if task is not None else ())  # e.g. RE's <subj>
+    added = add_special_tokens(tokenizer, encoder, task.special_tokens if task is not None else ())  # RE's <subj>
+    if added and cfg.mode.frozen:  # their new embedding rows are random, and a frozen encoder never trains them
+        warn(f"mode=frozen: the {added} token(s) task {task.name} adds ({', '.join(task.special_tokens)}) "
+            "keep random embeddings (the encoder does not train); a frozen encoder reads marked entities best "
+            "with tokens it knows (RE: task.markers=typed_punct)")
     config = encoder.config if encoder is not None else build_config(cfg.model, len(tokenizer))
     return Encoder(tokenizer, config, resolve_max_length(requested_max_length(cfg), config),
                    uses_token_type_ids(config), encoder=encoder)

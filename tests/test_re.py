@@ -107,6 +107,19 @@ def test_klue_markers_need_the_tokens_in_the_tokenizer():
         t.encode([example("세종은 한양에서 태어났다.", "세종", "한양")], wordpiece(["세종"]), EncodeSettings(64))
 
 
+def test_a_frozen_encoder_warns_that_added_markers_keep_random_embeddings(tmp_path, caplog):
+    from kotune.build import load_encoder_side
+
+    texts = ["<subj>세종</subj>은 <obj>한양</obj>에서 태어났다."] * 4
+    for mode, warned in (("frozen", True), ("finetune", False)):
+        cfg = compose([*KLUE_RUN, f"mode={mode}", f"cache_dir={tmp_path}"])
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="kotune"):
+            load_encoder_side(cfg, build_task(cfg.task), texts)
+        said = "mode=frozen: the 4 token(s) task re adds (<subj>, </subj>, <obj>, </obj>) keep random"
+        assert (said in caplog.text) == warned, caplog.text
+
+
 def test_special_tokens_resize_the_embeddings():
     from transformers import BertConfig, BertModel
 
