@@ -10,7 +10,9 @@ encoding per task.
 - ``korsts``: KorSTS train's fixed 80/20 split by first sentence (Pearson, in-domain pairs);
 - ``hate``: hate-speech train → dev (macro F1, ``text_cls``'s main metric).
 
-Sequence and pair heads read the masked mean of the tokens (``mode.pooling=mean``: without
+The same probes on the encoder's random-init twin (same config and tokenizer, the architecture's
+standard init; ``--no-twin`` skips it) say which curve shapes the pretraining made and which a random
+deep stack gives anyway. Sequence and pair heads read the masked mean of the tokens (``mode.pooling=mean``: without
 next-sentence training the [CLS] vector has no sentence-level objective behind it).
 
     python bench/probe_layers.py                       # 6 × 128, 4,000 pretraining steps, seeds 1-3
@@ -79,6 +81,7 @@ def main() -> None:
     p.add_argument("--head-steps", type=int, default=400)
     p.add_argument("--head-lr", type=float, default=5e-3)
     p.add_argument("--head-batch", type=int, default=32)
+    p.add_argument("--no-twin", action="store_true", help="skip the random-init twin's probes")
     p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kotune_probe_layers"))
     a = p.parse_args()
@@ -101,26 +104,31 @@ def main() -> None:
           f"{pre['metrics']['mlm_accuracy']:.2f} % ({model_dir})", flush=True)
     splits = fixed_splits(a.cache_dir, 0.2, seed=0)
     seeds = [int(s) for s in a.seeds.split(",")]
-    model = ["model=klue", f"model.name=mini{a.layers}-pretrained", f"model.name_or_path={model_dir}",
-             "model.init=pretrained", f"cache_dir={a.cache_dir}"]
-    results = {}
+    inits = ("pretrained",) if a.no_twin else ("pretrained", "random")
+    summary: dict[str, dict] = {init: {} for init in inits}
     for task in tasks:
-        res = job(["action=probe", "mode=frozen", *probe_overrides(task, splits, a.cache_dir), *model,
-                   f"probe.seeds=[{','.join(map(str, seeds))}]", f"train.max_steps={a.head_steps}",
-                   f"train.learning_rate={a.head_lr}", f"train.batch_size={a.head_batch}", "train.max_length=128",
-                   "train.warmup_ratio=0.1", "save_predictions=false", "save_model=false"],
-                  os.path.join(a.out, f"probe_{task}"))
-        results[task] = res["probe"]
-        rows = res["probe"]["rows"]
-        print(f"\n{task} ({res['probe']['main_metric']}; encode {res['probe']['encode_s']:.0f} s, heads {res['probe']['heads_s']:.0f} s):")
-        for r in rows:
-            sd = f" ± {r['sd']:.2f}" if r["sd"] is not None else ""
-            print(f"  {r['choice']:<13} {r['mean']:7.2f}{sd}")
-    summary = {task: {"best": r["best"], "best_layer": best_single(r["rows"]), "metric": r["main_metric"], "rows": r["rows"],
-                      "encode_s": r["encode_s"], "heads_s": r["heads_s"]} for task, r in results.items()}
+        for init in inits:
+            model = ["model=klue", f"model.name=mini{a.layers}-{init}", f"model.name_or_path={model_dir}",
+                     f"model.init={init}", f"cache_dir={a.cache_dir}"]
+            res = job(["action=probe", "mode=frozen", *probe_overrides(task, splits, a.cache_dir), *model,
+                       f"probe.seeds=[{','.join(map(str, seeds))}]", f"train.max_steps={a.head_steps}",
+                       f"train.learning_rate={a.head_lr}", f"train.batch_size={a.head_batch}", "train.max_length=128",
+                       "train.warmup_ratio=0.1", "save_predictions=false", "save_model=false"],
+                      os.path.join(a.out, f"probe_{task}_{init}"))
+            r = res["probe"]
+            summary[init][task] = {"best": r["best"], "best_layer": best_single(r["rows"]), "metric": r["main_metric"],
+                                   "rows": r["rows"], "encode_s": r["encode_s"], "heads_s": r["heads_s"]}
+        cost = ", ".join(f"{init}: encode {summary[init][task]['encode_s']:.0f} s + heads "
+                         f"{summary[init][task]['heads_s']:.0f} s" for init in inits)
+        print(f"\n{task} ({r['main_metric']}; mean ± sd over seeds {a.seeds}; {cost})\n  {'choice':<13}"
+              + "".join(f"{init:>18}" for init in inits))
+        for k, row in enumerate(summary["pretrained"][task]["rows"]):
+            cells = [summary[init][task]["rows"][k] for init in inits]
+            print(f"  {row['choice']:<13}" + "".join(
+                f"{c['mean']:>10.2f} ± {c['sd']:5.2f}" if c["sd"] is not None else f"{c['mean']:>18.2f}" for c in cells))
     record = {"encoder": {"layers": a.layers, "hidden": a.hidden, "steps": pre["train_steps"], "model_dir": model_dir,
                           "mlm_accuracy": pre["metrics"]["mlm_accuracy"], "pretrain_minutes": pre["train_runtime_s"] / 60},
-              "args": vars(a), "tasks": summary, "bench_minutes": (time.time() - started) / 60}
+              "args": vars(a), "probes": summary, "bench_minutes": (time.time() - started) / 60}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "probe_layers.json.tmp"), "w") as f:
         json.dump(record, f, indent=1)
@@ -128,7 +136,8 @@ def main() -> None:
     plot(summary, a, os.path.join(a.out, "probe_layers.png"))
     print(f"bench: {record['bench_minutes']:.1f} min in this invocation")
     print("RESULT " + " ".join(f"probe_best_{t}={s['best']} probe_best_layer_{t}={s['best_layer']}"
-                               for t, s in summary.items()))
+                               for t, s in summary["pretrained"].items())
+          + "".join(f" probe_best_layer_{t}_random={s['best_layer']}" for t, s in summary.get("random", {}).items()))
 
 
 def best_single(rows: list[dict]) -> int:
@@ -146,11 +155,17 @@ def plot(summary: dict, a, path: str) -> None:
     except ImportError:
         print("no matplotlib: PNG skipped")
         return
-    fig, axes = plt.subplots(1, len(summary), figsize=(4.2 * len(summary), 3.8), squeeze=False)
-    for ax, (task, s) in zip(axes[0], summary.items()):
+    tasks = list(summary["pretrained"])
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        s = summary["pretrained"][task]
+        if "random" in summary:
+            twin = [r for r in summary["random"][task]["rows"] if r["choice"].isdigit()]
+            ax.errorbar([int(r["choice"]) for r in twin], [r["mean"] for r in twin], yerr=[r["sd"] or 0.0 for r in twin],
+                        fmt=".--", color="grey", capsize=2, label="random-init twin, single layer")
         single = [r for r in s["rows"] if r["choice"].isdigit()]
         ax.errorbar([int(r["choice"]) for r in single], [r["mean"] for r in single],
-                    yerr=[r["sd"] or 0.0 for r in single], fmt="o-", capsize=3, label="single layer")
+                    yerr=[r["sd"] or 0.0 for r in single], fmt="o-", capsize=3, label="pretrained, single layer")
         for k, r in enumerate(r for r in s["rows"] if not r["choice"].isdigit()):
             ax.errorbar([statistics.fmean(r["indices"])], [r["mean"]], yerr=[r["sd"] or 0.0], fmt="s^D"[k % 3],
                         color=f"C{k + 1}", markersize=8, capsize=3, label=r["choice"])
