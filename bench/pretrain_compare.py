@@ -30,7 +30,8 @@ from bench.pretrain_gain import compose, paired_gain, pretrain_dir, pretrain_ove
 
 def recipe_name(args: dict) -> str:
     name = f"{args.get('objective', 'mlm')}:{args['attention_init']}"
-    return name if args.get("layers", 2) == 2 else f"{name}:{args['layers']}L"
+    name += f":{args['layers']}L" if args.get("layers", 2) != 2 else ""
+    return name + (f":seed{args['pretrain_seed']}" if args.get("pretrain_seed") is not None else "")
 
 
 def held_out_at(curve: list[dict], step: int) -> dict | None:

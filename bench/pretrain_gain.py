@@ -162,8 +162,9 @@ def pretrain_overrides(a, cache_dir: str) -> list[str]:
             f"train.learning_rate={a.lr}", "train.warmup_ratio=0.06", "train.logging_steps=25",
             "train.eval_batch_size=128", "pretrain.max_eval_blocks=300",
             f"pretrain.eval_every={max(1, a.pretrain_steps // 8)}", f"cache_dir={cache_dir}"] + (
-            # appended only when not the default, so that mlm recipes keep their cache (hash)
-            [f"pretrain.objective={a.objective}"] if getattr(a, "objective", "mlm") != "mlm" else [])
+            # appended only when not the default, so that earlier recipes keep their cache (hash)
+            [f"pretrain.objective={a.objective}"] if getattr(a, "objective", "mlm") != "mlm" else []) + (
+            [f"train.seed={a.pretrain_seed}"] if getattr(a, "pretrain_seed", None) is not None else [])
 
 
 def pretrain_dir(a, cache_dir: str) -> str:
@@ -305,6 +306,8 @@ def main() -> None:
     p.add_argument("--attention-init", default="tied_qk", choices=("random", "tied_qk", "mimetic"))
     p.add_argument("--objective", default="mlm", choices=("mlm", "mlm+nsp"), help="pretrain.objective")
     p.add_argument("--pretrain-steps", type=int, default=3000)
+    p.add_argument("--pretrain-seed", type=int, default=None,
+                   help="the pretraining's train.seed (its init, data order, masks; default: the config's)")
     p.add_argument("--curve-points", type=int, default=4,
                    help="pretraining checkpoints fine-tuned for the downstream curve")
     p.add_argument("--curve-tasks", default="ner", help="the tasks of the downstream curve ('' for none)")
