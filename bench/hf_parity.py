@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append({"head": head, "max_logit_diff": diff, "kotune": ours, "hf": theirs,
                      "delta": statistics.mean(ours) - statistics.mean(theirs)})
         print(f"[parity] {head}: logit diff {diff:.2e}, kotune {ours}, HF {theirs}", flush=True)
-    print(f"\n| head | main metric | kotune mean ± sd | HF mean ± sd | kotune − HF | max logit diff at step 0 |")
+    print("\n| head | main metric | kotune mean ± sd | HF mean ± sd | kotune − HF | max logit diff at step 0 |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         metric = compose([*TASKS[r["head"]][0]]).task.main_metric
