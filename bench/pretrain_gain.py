@@ -1,13 +1,18 @@
 """Does pretraining here help, beyond the noise? Pretrain a small BERT on ../shared/data/corpus with
 ``action=pretrain``, then fine-tune it and its random-init twin (same config, tokenizer, seeds,
-steps) on three tasks a 1-M-parameter encoder can learn in a few hundred steps:
+steps) on tasks a 1-M-parameter encoder can learn in a few hundred steps (``--tasks``, default
+hate,ner,sts):
 
 - ``hate``: hate-speech train.tsv → dev.tsv (accuracy);
 - ``ner``: KLUE NER dev, one fixed seeded 80/20 split of its sentences (written once to
-  ``cache_dir/pretrain_gain/ner-split-<seed>/``) → the 20 % (entity F1);
+  ``cache_dir/pretrain_gain/ner-split-<fraction>-<seed>/``) → the 20 % (entity F1);
 - ``sts``: KorSTS train (its sentences are in the pretraining corpus, as task-adaptive pretraining
   would use them) → KLUE STS dev (Pearson), scored by ``action=eval`` of the saved run, because one
-  ``data.label_column`` cannot name KorSTS's ``score`` and KLUE's ``labels.real-label`` at once.
+  ``data.label_column`` cannot name KorSTS's ``score`` and KLUE's ``labels.real-label`` at once;
+- ``korsts``: KorSTS train, one fixed seeded 80/20 split by first sentence → the 20 % (Pearson).
+
+The recipe is an argument: ``--objective mlm+nsp``, ``--attention-init``, ``--pretrain-seed``, … each
+gets its own cached pretraining; ``bench/pretrain_compare.py`` sets two ``--out`` folders side by side.
 
 Protocol (nothing is chosen on an evaluation split): each twin's learning rate is the best of
 ``--ft-lrs`` on a seeded ``--select-split`` of its own training data (seed 1, grouped where the task
