@@ -234,13 +234,16 @@ class Bench:
         tag += "_select" if select else ""
         run_dir = run_dir_of(a.out, task, init, lr, seed, tag)
         scored_later = task == "sts" and not select  # the eval job reads the saved model
+        pooling = [f"mode.pooling={a.pooling}"] if a.pooling and task != "ner" else []
         res = job([*train_data, *([f"data.validation_split={a.select_split}"] if select else evaluation), *model,
+                   *pooling,
                    f"train.learning_rate={lr}", f"train.seed={seed}", f"train.max_steps={a.ft_steps}",
                    f"train.batch_size={a.ft_batch}", f"train.max_length={a.ft_max_length}", "train.warmup_ratio=0.1",
                    "save_predictions=false", f"save_model={str(scored_later).lower()}"], run_dir)
         if scored_later:
             res = job(["action=eval", f"checkpoint={run_dir}", "task=sts", f"data.validation_file={KLUE_STS_DEV}",
-                       *model, f"train.seed={seed}", f"train.max_length={a.ft_max_length}", "save_predictions=false"],
+                       *model, *pooling, f"train.seed={seed}", f"train.max_length={a.ft_max_length}",
+                       "save_predictions=false"],
                       run_dir + STS_SCORED)
         return res
 
@@ -320,6 +323,8 @@ def main() -> None:
     p.add_argument("--ft-steps", type=int, default=400)
     p.add_argument("--ft-batch", type=int, default=32)
     p.add_argument("--ft-max-length", type=int, default=128)
+    p.add_argument("--pooling", default=None, choices=("cls", "mean"),
+                   help="mode.pooling of the sequence and pair tasks (default: the preset's, [CLS] through the pooler)")
     p.add_argument("--ft-lrs", default="3e-4,1e-3",
                    help="learning-rate grid, picked per twin and task on --select-split of the training data")
     p.add_argument("--select-split", type=float, default=0.15,
