@@ -315,7 +315,8 @@ def main() -> None:
     p.add_argument("--objective", default="mlm", choices=("mlm", "mlm+nsp"), help="pretrain.objective")
     p.add_argument("--pretrain-steps", type=int, default=3000)
     p.add_argument("--pretrain-seed", type=int, default=None,
-                   help="the pretraining's train.seed (its init, data order, masks; default: the config's)")
+                   help="the pretraining's train.seed: its init, data order, masks, held-out lines and so its "
+                        "tokenizer (default: the config's)")
     p.add_argument("--curve-points", type=int, default=4,
                    help="pretraining checkpoints fine-tuned for the downstream curve")
     p.add_argument("--curve-tasks", default="ner", help="the tasks of the downstream curve ('' for none)")
