@@ -128,14 +128,13 @@ def to_native(model, labels: list[str] | None = None):
     return native.eval()
 
 
-def export_directory(model_dir: str, out_dir: str) -> dict:
-    """Write a saved kotune model (``model_dir``) as a standard transformers directory that
-    ``transformers.pipeline(<task>, model=out_dir)`` serves: the native class's config (with
-    ``id2label``/``label2id``) and weights, and the model's own tokenizer (its ``do_lower_case``,
-    ``model_max_length`` = the model's max_length, and no token type ids where the model had none,
-    with any special tokens the task added, e.g. KLUE RE's ``<subj>``). A task whose input is more
-    than plain text (RE's entity markers) says so in one warning line, in ``input_note`` and in the
-    exported config (``kotune_input``)."""
+def load_native(model_dir: str) -> tuple:
+    """A saved kotune model (``model_dir``) as (kotune model, native model, exported tokenizer, input
+    note), or a one-line refusal for a head with no exact native equivalent. The tokenizer keeps
+    the model's ``do_lower_case``, gets ``model_max_length`` = the model's max_length and drops token
+    type ids where the model had none; special tokens the task added (KLUE RE's ``<subj>``) stay.
+    A task whose input is more than plain text (RE's entity markers) says so in one warning line,
+    in the note and in the native config (``kotune_input``)."""
     from transformers import AutoTokenizer
 
     from heads.model import KotuneModel
@@ -149,16 +148,28 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
     if note:  # e.g. RE: the model never saw unmarked text, and a pipeline would feed it some
         warn(note)
         native.config.kotune_input = note
-    native.save_pretrained(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if model.meta.get("max_length"):
         tokenizer.model_max_length = int(model.meta["max_length"])
     if not model.meta.get("token_type_ids", True):  # e.g. RoBERTa: type ids other than 0 would break it
         tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
         tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names
-    tokenizer.save_pretrained(out_dir)
+    return model, native, tokenizer, note
+
+
+def export_summary(model, native, out_dir: str, note: str | None) -> dict:
     return {"export_dir": out_dir, "native_class": type(native).__name__, "pipeline": PIPELINE[model.head_kind],
             "num_labels": native.config.num_labels, "input_note": note}
+
+
+def export_directory(model_dir: str, out_dir: str) -> dict:
+    """Write a saved kotune model (``model_dir``) as a standard transformers directory that
+    ``transformers.pipeline(<task>, model=out_dir)`` serves: the native class's config (with
+    ``id2label``/``label2id``) and weights, and the model's own tokenizer (:func:`load_native`)."""
+    model, native, tokenizer, note = load_native(model_dir)
+    native.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return export_summary(model, native, out_dir, note)
 
 
 def input_note(meta: dict) -> str | None:

@@ -128,6 +128,13 @@ class KotuneModel(nn.Module):
                 "head_params": sum(p.numel() for p in self.head.parameters()),
                 "mix_params": sum(p.numel() for p in self.mixer.parameters())}
 
+    def report(self) -> dict:
+        """What results.json says about the model (kotune/predict.py's run_report)."""
+        return {**self.param_counts(), **self.mixer.report(), "pooling": getattr(self.head, "pooling", None)}
+
+    def describe(self) -> str:
+        return self.mixer.describe_mix()
+
     # ---- persistence ---------------------------------------------------------------------
     def save(self, directory: str, tokenizer=None) -> None:
         os.makedirs(directory, exist_ok=True)
@@ -144,18 +151,23 @@ class KotuneModel(nn.Module):
         if tokenizer is not None:
             tokenizer.save_pretrained(directory)
 
+    @staticmethod
+    def spec(directory: str) -> dict:
+        """The saved kotune.json: head kind, head arguments, meta (task, labels, options), layers."""
+        spec_path = os.path.join(directory, "kotune.json")
+        if not os.path.exists(spec_path):
+            raise KotuneError(f"{directory}: no saved kotune model (kotune.json missing); "
+                              "point checkpoint= at a run directory's model/ or the run directory")
+        with open(spec_path, encoding="utf-8") as f:
+            return json.load(f)
+
     @classmethod
     def load(cls, directory: str) -> "KotuneModel":
         from transformers import AutoConfig, AutoModel
 
         from heads.encoder import no_pooler
 
-        spec_path = os.path.join(directory, "kotune.json")
-        if not os.path.exists(spec_path):
-            raise KotuneError(f"{directory}: no saved kotune model (kotune.json missing); "
-                              "point checkpoint= at a run directory's model/ or the run directory")
-        with open(spec_path, encoding="utf-8") as f:
-            spec = json.load(f)
+        spec = cls.spec(directory)
         encoder_dir = os.path.join(directory, "encoder")
         encoder = AutoModel.from_pretrained(encoder_dir, **no_pooler(AutoConfig.from_pretrained(encoder_dir)))
         head_kwargs = dict(spec["head_kwargs"])

@@ -51,6 +51,11 @@ def make_collator(tokenizer, cfg: DictConfig):
 
 
 def checkpoint_model_dir(path: str) -> str:
+    from heads.onnx import is_onnx_export
+
+    if is_onnx_export(path):
+        raise ConfigError(f"checkpoint={path} is an ONNX export: this action needs a kotune checkpoint (a run "
+                          "directory or its model/); action=predict, eval and serve read an export")
     for candidate in (path, os.path.join(path, "model")):
         if os.path.exists(os.path.join(candidate, "kotune.json")):
             return candidate
@@ -72,26 +77,12 @@ class Encoder:
 
 
 def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] | None,
-                      weights: bool = True) -> Encoder:
+                      weights: bool = True, onnx: bool = False) -> Encoder:
     """Tokenizer + encoder from ``checkpoint=`` (everything as saved) or from ``cfg.model``."""
-    from heads.encoder import (add_special_tokens, build_config, load_encoder, load_tokenizer, position_limit,
-                               uses_token_type_ids)
+    from heads.encoder import add_special_tokens, build_config, load_encoder, load_tokenizer, uses_token_type_ids
 
     if cfg.get("checkpoint"):
-        from transformers import AutoTokenizer
-
-        from heads.model import KotuneModel
-
-        model_dir = checkpoint_model_dir(cfg.checkpoint)
-        model = KotuneModel.load(model_dir)
-        requested = min(requested_max_length(cfg), position_limit(model.encoder.config))
-        if task is not None and model.meta.get("max_length") and requested != model.meta["max_length"]:
-            log(f"warning: checkpoint {cfg.checkpoint} was trained with max_length={model.meta['max_length']}; "
-                f"using it (requested {requested})")
-        return Encoder(AutoTokenizer.from_pretrained(model_dir), model.encoder.config,
-                       int(model.meta.get("max_length", requested_max_length(cfg))),
-                       bool(model.meta.get("token_type_ids", uses_token_type_ids(model.encoder.config))),
-                       model=model, encoder=model.encoder)
+        return load_checkpoint_side(cfg, task, onnx)
     log("loading tokenizer")
     texts = list(texts) if texts is not None else None
     tokenizer = load_tokenizer(cfg.model, texts=texts, cache_dir=cfg.cache_dir)
@@ -111,6 +102,37 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
     config = encoder.config if encoder is not None else build_config(cfg.model, len(tokenizer))
     return Encoder(tokenizer, config, resolve_max_length(requested_max_length(cfg), config),
                    uses_token_type_ids(config), encoder=encoder)
+
+
+def load_checkpoint_side(cfg: DictConfig, task: Task | None, onnx: bool = False) -> Encoder:
+    """Everything as saved in ``checkpoint=``: a kotune checkpoint or, where the action only
+    predicts (``onnx``), an ONNX export run by onnxruntime (heads/onnx.py)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from heads.encoder import position_limit, uses_token_type_ids
+    from heads.onnx import is_onnx_export
+
+    path = str(cfg.checkpoint)
+    if onnx and is_onnx_export(path):
+        from heads.onnx import OnnxModel
+
+        runtime = cfg.get("onnx") or {}
+        model_dir, model = path, OnnxModel(path, runtime.get("file"), runtime.get("threads"))
+        config = AutoConfig.from_pretrained(path)
+    else:
+        from heads.model import KotuneModel
+
+        model_dir = checkpoint_model_dir(path)
+        model = KotuneModel.load(model_dir)
+        config = model.encoder.config
+    requested = min(requested_max_length(cfg), position_limit(config))
+    if task is not None and model.meta.get("max_length") and requested != model.meta["max_length"]:
+        log(f"warning: checkpoint {path} was trained with max_length={model.meta['max_length']}; "
+            f"using it (requested {requested})")
+    return Encoder(AutoTokenizer.from_pretrained(model_dir), config,
+                   int(model.meta.get("max_length", requested_max_length(cfg))),
+                   bool(model.meta.get("token_type_ids", uses_token_type_ids(config))),
+                   model=model, encoder=getattr(model, "encoder", None))
 
 
 def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
@@ -153,18 +175,20 @@ class Built:
         # what Trainer reads per split: the model columns, or with them cached frozen states
         self.inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
         self.cache_report: dict = {}
+        self.settings: EncodeSettings | None = None  # set by build(): how new text is encoded (action=serve)
 
 
-def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Built:
+def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: bool = False) -> Built:
     """Task, splits, encoder side (fresh or ``checkpoint=``), the model and encoded features.
     ``new_head``: a checkpoint gives only its tokenizer and encoder; the head and the labels are
-    new, from ``cfg`` and the train split (``action=probe``)."""
+    new, from ``cfg`` and the train split (``action=probe``). ``onnx``: ``checkpoint=`` may be an
+    ONNX export (actions that only predict)."""
     from heads.model import KotuneModel
 
     seed_everything(int(cfg.train.seed))
     task = build_task(cfg.task)
     if cfg.get("checkpoint") and not new_head:
-        loaded = load_encoder_side(cfg, task, None)
+        loaded = load_encoder_side(cfg, task, None, onnx=onnx)
         task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_kind}, cfg.checkpoint)
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
         model = loaded.model
@@ -188,6 +212,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Bui
         log(f"encoding {split}: {len(data.examples)} examples")
         features[split] = encode_cached(task, data.examples, loaded.tokenizer, settings, cfg.cache_dir)
     built = Built(task, splits, loaded.tokenizer, model, features, loaded.max_length)
+    built.settings = settings
     if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint") or new_head):
         use_frozen_cache(cfg, built)
     return built

@@ -1,15 +1,23 @@
 """Prediction and the one results schema: predict a split in length-sorted batches (input order
 restored before decoding), write predictions.jsonl, and build the results body that train, eval
-and predict share (every key always present)."""
+and predict share (every key always present).
+
+One path for every model: a checkpoint's batches run through ``Trainer.predict``, an ONNX export's
+(heads/onnx.py) and the server's (kotune/serving.py) through :class:`BatchPredictor`, which gives
+what ``Trainer.predict`` gives; the task's own decoding and records serve them all."""
 from __future__ import annotations
 
 import os
+import time
+from typing import Any, Callable
 
+import numpy as np
 from omegaconf import DictConfig
 
-from kotune.build import Built, build
+from kotune.build import Built, build, make_collator
 from kotune.runtime import is_rank_zero, local_rank_zero_first
 from kotune.trainer import make_trainer
+from tasks.collate import IGNORE
 from tasks.errors import ConfigError
 from tasks.io import write_jsonl_atomic
 from tasks.log import log
@@ -17,20 +25,82 @@ from tasks.log import log
 REPORT_KEYS = ("n_train", "n_eval", "n_predict", "trainable_params", "total_params", "head_params", "mix_params",
                "max_length", "layers", "indices", "scalar_mix", "pooling", "cache", "encode_s",
                "head_train_s", "train_samples_per_second", "train_loss", "eval_samples_per_second",
-               "checkpoint", "resumed_from", "best_step", "metrics_last", "predictions_file", "metrics", "data")
+               "checkpoint", "onnx_file", "resumed_from", "best_step", "metrics_last", "predictions_file", "metrics",
+               "data")
 
 
-def predict(trainer, b: Built, split: str) -> tuple[list, dict]:
+def concat_padded(parts: list) -> Any:
+    """Batch outputs as one array per output, as ``Trainer.predict`` joins them: rows stacked, a
+    token axis (axis 1) that differs between batches padded with -100 (decoders read real slots only)."""
+    if isinstance(parts[0], tuple):
+        return tuple(concat_padded([p[k] for p in parts]) for k in range(len(parts[0])))
+    parts = [np.asarray(p) for p in parts]
+    if all(p.shape[1:] == parts[0].shape[1:] for p in parts):
+        return np.concatenate(parts)
+    out = np.full((sum(len(p) for p in parts), max(p.shape[1] for p in parts), *parts[0].shape[2:]), IGNORE,
+                  dtype=parts[0].dtype)
+    row = 0
+    for p in parts:
+        out[row:row + len(p), : p.shape[1]] = p
+        row += len(p)
+    return out
+
+
+class BatchPredictor:
+    """``Trainer.predict`` for a model Trainer does not run: rows in the order given, ``batch_size``
+    at a time, padded by the training collator, through ``forward`` (a padded batch → logits)."""
+
+    def __init__(self, forward: Callable[[dict], Any], batch_size: int, collator):
+        self.forward, self.batch_size, self.collator = forward, max(1, int(batch_size)), collator
+
+    def predict(self, rows):
+        from transformers.trainer_utils import PredictionOutput
+
+        started, parts = time.perf_counter(), []
+        for first in range(0, len(rows), self.batch_size):
+            batch = self.collator([rows[i] for i in range(first, min(first + self.batch_size, len(rows)))])
+            parts.append(self.forward(batch))
+        speed = len(rows) / max(time.perf_counter() - started, 1e-9)
+        return PredictionOutput(predictions=concat_padded(parts), label_ids=None,
+                                metrics={"test_samples_per_second": speed})
+
+
+def torch_forward(model) -> Callable[[dict], Any]:
+    """A KotuneModel's logits of one padded batch, as numpy (the labels in a batch are left out)."""
+    import torch
+
+    model.eval()
+
+    def forward(batch: dict) -> Any:
+        with torch.inference_mode():
+            logits = model(**{k: v for k, v in batch.items() if k not in model.head.label_fields})["logits"]
+        if isinstance(logits, tuple):
+            return tuple(x.float().numpy() for x in logits)
+        return logits.float().numpy()
+
+    return forward
+
+
+def predictor_for(cfg: DictConfig, b: Built, run_dir: str):
+    """What runs the batches: Trainer for a checkpoint, :class:`BatchPredictor` for an ONNX export."""
+    if getattr(b.model, "runtime", None) == "onnxruntime":
+        return BatchPredictor(b.model, int(cfg.train.eval_batch_size), make_collator(b.tokenizer, cfg))
+    return make_trainer(cfg, b, run_dir)
+
+
+def predict_rows(predictor, task, features, inputs, examples: list[dict]) -> tuple[list, dict]:
     """Predict in batches sorted by length (little padding), then restore the input order:
     decoders read features row by row (QA windows per example), so they see the original order."""
     from tasks.collate import in_order, length_order, restore_order
 
-    features = b.features[split]
-    order = length_order(features)  # b.inputs[split] holds the same rows
-    out = trainer.predict(in_order(b.inputs[split], order))
-    outputs = b.task.decode(restore_order(out.predictions, order), features, b.splits[split].examples)
-    speed = {"eval_samples_per_second": out.metrics.get("test_samples_per_second")}
-    return outputs, speed
+    order = length_order(features)  # inputs holds the same rows
+    out = predictor.predict(in_order(inputs, order))
+    outputs = task.decode(restore_order(out.predictions, order), features, examples)
+    return outputs, {"eval_samples_per_second": out.metrics.get("test_samples_per_second")}
+
+
+def predict(trainer, b: Built, split: str) -> tuple[list, dict]:
+    return predict_rows(trainer, b.task, b.features[split], b.inputs[split], b.splits[split].examples)
 
 
 def write_predictions(run_dir: str, b: Built, split: str, outputs: list) -> str:
@@ -44,13 +114,12 @@ def write_predictions(run_dir: str, b: Built, split: str, outputs: list) -> str:
 def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: list, speed: dict, **extra) -> dict:
     """The one results.json body of train, eval and predict: every key always present (None where
     it does not apply), so tables can be built over any mix of runs."""
-    log(b.model.mixer.describe_mix())
+    log(b.model.describe())
     scored = split == "validation"
     report = dict.fromkeys(REPORT_KEYS)
     report.update(
         {f"n_{'eval' if s == 'validation' else s}": len(d.examples) for s, d in b.splits.items()},
-        **b.model.param_counts(), **b.model.mixer.report(), max_length=b.max_length,
-        pooling=getattr(b.model.head, "pooling", None), cache=b.cache_report or {"status": "off"},
+        **b.model.report(), max_length=b.max_length, cache=b.cache_report or {"status": "off"},
         encode_s=b.cache_report.get("encode_s"), **speed, checkpoint=cfg.get("checkpoint"),
         metrics=b.task.score(outputs, b.splits[split].examples) if scored else {},
         data={s: d.source for s, d in b.splits.items()})
@@ -63,10 +132,11 @@ def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: lis
 
 
 def predict_from_checkpoint(cfg: DictConfig, run_dir: str, split: str, usage: str) -> dict:
-    """Reload ``checkpoint=`` and predict one split (action=eval and action=predict)."""
+    """Reload ``checkpoint=`` (a kotune checkpoint or an ONNX export) and predict one split
+    (action=eval and action=predict)."""
     if not cfg.get("checkpoint"):
         raise ConfigError(usage)
     with local_rank_zero_first():
-        b = build(cfg, (split,))
-    outputs, speed = predict(make_trainer(cfg, b, run_dir), b, split)
+        b = build(cfg, (split,), onnx=True)
+    outputs, speed = predict(predictor_for(cfg, b, run_dir), b, split)
     return run_report(cfg, run_dir, b, split, outputs, speed)

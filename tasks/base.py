@@ -162,6 +162,18 @@ class Task:
     def prediction_records(self, outputs: list[Any], examples: list[dict]) -> list[dict]:
         return [{"id": ex["id"], "prediction": out} for out, ex in zip(outputs, examples)]
 
+    # ---- requests (action=serve) ---------------------------------------------------------
+    @property
+    def request_fields(self) -> tuple[str, ...] | None:
+        """The string fields of one input of ``action=serve`` (``text``, ``text_pair``, ...); None
+        where the task's input is more than plain text."""
+        return None
+
+    def request_examples(self, items: list[dict[str, str]], source: str = "request") -> list[dict]:
+        """Examples of unlabelled inputs, each a dict of :attr:`request_fields`, checked as a file's
+        rows are (a DataError names ``source`` and the item)."""
+        raise ConfigError(f"task {self.name} takes no plain-text requests")
+
     def write_outputs(self, run_dir: str, outputs: list[Any], examples: list[dict]) -> list[str]:
         """Task-specific prediction files beside predictions.jsonl (QA: predictions.json for the
         official scripts); returns the paths written."""

@@ -70,6 +70,14 @@ class ClassificationTask(Task):
             examples.append(ex)
         return examples
 
+    @property
+    def request_fields(self) -> tuple[str, ...]:
+        return ("text", "text_pair") if self.head == "pair" else ("text",)
+
+    def request_examples(self, items: list[dict[str, str]], source: str = "request") -> list[dict]:
+        return [{"id": f"item {i}", **{k: self._text(source, f"item {i}", item.get(k)) for k in self.request_fields}}
+                for i, item in enumerate(items)]
+
     def holdout_group(self, example: dict) -> str | None:
         """Pairs that share their first text (an NLI premise, an STS sentence) split together."""
         return example["text"] if "text_pair" in example else None

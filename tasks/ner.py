@@ -223,6 +223,20 @@ class TokenTask(Task):
     def read_hub(self, rows, path: str) -> list[dict]:
         raise ConfigError(f"task {self.name} reads local files: set data.train_file=... data.validation_file=...")
 
+    @property
+    def request_fields(self) -> tuple[str, ...]:
+        return ("text",)
+
+    def request_examples(self, items: list[dict[str, str]], source: str = "request") -> list[dict]:
+        """A sentence per item, cut into units as an untagged file's line is (``task.join``)."""
+        examples = []
+        for i, item in enumerate(items):
+            text = item.get("text")
+            if not isinstance(text, str) or not text.strip():
+                raise DataError(source, f"item {i}", f"empty or non-text value {text!r}")
+            examples.append({"id": f"item {i}", "source": source, "line": i, "units": units_of(text, self.join)})
+        return examples
+
     def _check_tag(self, path: str, where: Any, tag: str) -> None:
         if self.labels is not None and tag not in self.labels:
             raise DataError(path, where, f"unknown tag '{tag}' (expected one of: {', '.join(self.labels)})")

@@ -136,6 +136,14 @@ class QATask(Task):
                  f"one; their text still counts as gold for scoring): {_some(bad)}")
         return examples
 
+    @property
+    def request_fields(self) -> tuple[str, ...]:
+        return ("question", "context")
+
+    def request_examples(self, items: list[dict[str, str]], source: str = "request") -> list[dict]:
+        return self._check(source, [self._example(source, f"item {i}", {"id": f"item {i}", "question": item.get("question")},
+                                                  item.get("context"), None) for i, item in enumerate(items)])
+
     def fit_labels(self, train: list[dict]) -> None:
         if not any(ex["labeled"] for ex in train):
             raise KotuneError("the training split has no gold answers")

@@ -32,4 +32,5 @@ ACTIONS: dict[str, Action] = {
     "score": _module_action("kotune.actions.score"),
     "export": _module_action("kotune.actions.export"),
     "probe": _module_action("kotune.actions.probe"),
+    "serve": _module_action("kotune.actions.serve"),
 }

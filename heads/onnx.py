@@ -1,0 +1,159 @@
+"""ONNX Runtime for the heads that have a native transformers class (heads/export.py): the export
+(``torch.onnx``'s torch.export-based exporter, dynamic batch and sequence axes), onnxruntime's
+dynamic int8 quantization, and :class:`OnnxModel`, which runs an exported directory on padded
+batches for ``action=predict`` / ``eval`` / ``serve``.
+
+Why ``torch.onnx`` and not optimum: optimum's ONNX exporter (the ``optimum-onnx`` package) pins
+``transformers<4.58``, so it cannot be installed beside transformers 5. ``torch.onnx.export(...,
+dynamo=True)`` is torch's default exporter since 2.9 (the TorchScript one is deprecated); it needs
+``onnxscript``. It traces the *native* class, so the exported graph is exactly the model that
+``transformers.pipeline`` would run (logits equal kotune's: tests/test_onnx.py).
+
+An exported directory holds ``model.onnx`` (fp32), with ``export.quantize=int8`` also
+``model_int8.onnx``, the native ``config.json``, the tokenizer, ``kotune_export.json`` (head kind,
+labels and task options: what kotune's decoding needs) and the model card (README.md).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+from tasks.errors import ConfigError, KotuneError
+from tasks.io import write_json_atomic
+
+EXPORT_FILE = "kotune_export.json"
+FP32_FILE = "model.onnx"
+INT8_FILE = "model_int8.onnx"
+QUANTIZE = (None, "int8")
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+OUTPUTS = {"sequence": ("logits",), "pair": ("logits",), "token": ("logits",), "span": ("start_logits", "end_logits")}
+ONNX_LIMIT = 2 * 1024 ** 3  # protobuf's 2 GB: larger models keep their weights in an external file
+
+
+def is_onnx_export(path: str) -> bool:
+    return os.path.exists(os.path.join(path, EXPORT_FILE))
+
+
+def _as_outputs(native, names: tuple[str, ...]):
+    """The native model's forward as a plain tuple of tensors (the exporter traces no ModelOutput)."""
+    from torch import nn
+
+    class Outputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.native = native
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            out = self.native(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            return tuple(out[name] for name in names)
+
+    return Outputs().eval()
+
+
+def trace_to_onnx(native, path: str, input_names: tuple[str, ...], outputs: tuple[str, ...], max_positions: int) -> int:
+    """``native`` as an ONNX graph at ``path`` with dynamic batch and sequence axes; returns the opset."""
+    import torch
+
+    example = torch.full((2, 8), 5, dtype=torch.long)  # a dynamic axis needs an example of size >= 2
+    args = tuple(example if n == "input_ids" else torch.ones_like(example) if n == "attention_mask"
+                 else torch.zeros_like(example) for n in input_names)
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max_positions)
+    big = sum(p.numel() * p.element_size() for p in native.parameters()) > ONNX_LIMIT
+    for name in ("torch.onnx", "torch.export", "onnxscript"):  # its progress lines and torchvision notices
+        logging.getLogger(name).setLevel(logging.ERROR)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(_as_outputs(native, outputs), args, path, input_names=list(input_names),
+                                    output_names=list(outputs), dynamic_shapes={n: {0: batch, 1: sequence} for n in input_names},
+                                    dynamo=True, external_data=big, verbose=False)
+    return int(program.model.opset_imports.get("", 0)) if program is not None else 0
+
+
+def quantize_int8(src: str, dst: str) -> None:
+    """onnxruntime's dynamic quantization: int8 weights of every MatMul, activations quantized per
+    batch at run time (no calibration data)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # "consider pre-processing"
+    # the exporter's value names lack some types; they are all float tensors
+    quantize_dynamic(src, dst, weight_type=QuantType.QInt8, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+
+def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = None) -> dict:
+    """An exported directory (module docstring) of the saved kotune model ``model_dir``, or the
+    one-line refusal of a head with no native class (RE, DP, character-level heads)."""
+    from heads.encoder import position_limit
+    from heads.export import export_summary, load_native
+
+    if quantize not in QUANTIZE:
+        raise ConfigError(f"export.quantize must be null or int8, got '{quantize}'")
+    model, native, tokenizer, note = load_native(model_dir)
+    inputs = tuple(n for n in MODEL_INPUTS if n != "token_type_ids" or model.meta.get("token_type_ids", True))
+    outputs = OUTPUTS[model.head_kind]
+    os.makedirs(out_dir, exist_ok=True)
+    native.config.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    fp32 = os.path.join(out_dir, FP32_FILE)
+    opset = trace_to_onnx(native, fp32, inputs, outputs, position_limit(native.config))
+    files = [FP32_FILE]
+    if quantize == "int8":
+        quantize_int8(fp32, os.path.join(out_dir, INT8_FILE))
+        files.append(INT8_FILE)
+    spec = {"format": "onnx", "head": model.head_kind, "meta": model.meta, "inputs": list(inputs),
+            "outputs": list(outputs), "files": files, "model_file": files[-1], "opset": opset,
+            "exporter": "torch.onnx (dynamo)", "native_class": type(native).__name__}
+    write_json_atomic(os.path.join(out_dir, EXPORT_FILE), spec)
+    sizes = {f: round(os.path.getsize(os.path.join(out_dir, f)) / 1e6, 1) for f in files}
+    return {**export_summary(model, native, out_dir, note), "format": "onnx", "onnx_files": files,
+            "onnx_mb": sizes, "model_file": spec["model_file"], "opset": opset}
+
+
+class OnnxModel:
+    """An exported directory run by onnxruntime, standing in for a KotuneModel where kotune only
+    predicts: ``head_kind`` and ``meta`` as saved, and a call that turns one padded batch (the
+    collator's tensors) into the logits KotuneModel would give (a tuple for the span head)."""
+
+    runtime = "onnxruntime"
+    frozen = False
+
+    def __init__(self, directory: str, file: str | None = None, threads: int | None = None):
+        import onnxruntime as ort
+
+        with open(os.path.join(directory, EXPORT_FILE), encoding="utf-8") as f:
+            spec = json.load(f)
+        self.spec, self.head_kind, self.meta = spec, spec["head"], spec["meta"]
+        self.file = str(file or spec["model_file"])
+        path = os.path.join(directory, self.file)
+        if not os.path.exists(path):
+            raise KotuneError(f"onnx.file={self.file}: no such file in {directory} (it has {', '.join(spec['files'])})")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(threads or default_threads())
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self.threads = options.intra_op_num_threads
+        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self.session.get_inputs()]
+
+    def __call__(self, batch: dict) -> Any:
+        feed = {n: np.asarray(batch[n], dtype=np.int64) for n in self.input_names}
+        out = tuple(self.session.run(None, feed))
+        return out if len(out) > 1 else out[0]
+
+    def report(self) -> dict:
+        return {"layers": "last", "pooling": "cls" if self.head_kind in ("sequence", "pair") else None,
+                "onnx_file": self.file}
+
+    def describe(self) -> str:
+        return f"onnxruntime: {self.file} ({self.threads} threads)"
+
+
+def default_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
