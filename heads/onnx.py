@@ -80,9 +80,13 @@ def quantize_int8(src: str, dst: str) -> None:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # "consider pre-processing"
-    # the exporter's value names lack some types; they are all float tensors
-    quantize_dynamic(src, dst, weight_type=QuantType.QInt8, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))  # its "consider pre-processing" note
+    try:  # the exporter leaves some value types to inference; they are all float tensors
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    finally:
+        root.setLevel(level)
 
 
 def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = None) -> dict:

@@ -68,7 +68,7 @@ def _usage(export: dict, head: str) -> list[str]:
 
 
 def card_text(export: dict, meta: dict, head: str, results: dict | None, command: str | None,
-              license_id: str, version: str | None) -> str:
+              license_id: str, version: str | None, name: str) -> str:
     """README.md: the Hub's front matter (ModelCardData) and a body for people."""
     from huggingface_hub import EvalResult, ModelCardData
 
@@ -80,7 +80,6 @@ def card_text(export: dict, meta: dict, head: str, results: dict | None, command
     base = _hub_id(model_cfg.get("name_or_path")) if model_cfg.get("init") == "pretrained" else None
     datasets = sorted({src["hub"] for src in data.values() if src.get("hub")})
     onnx = export.get("format") == "onnx"
-    name = os.path.basename(os.path.abspath(export["export_dir"]))
     split = data.get("validation") or {}
     dataset = split.get("hub") or os.path.basename(str(split.get("file") or "validation"))
     card = ModelCardData(
@@ -122,12 +121,15 @@ def card_text(export: dict, meta: dict, head: str, results: dict | None, command
     return f"---\n{card.to_yaml()}\n---\n\n" + "\n".join(lines)
 
 
-def write_model_card(export: dict, meta: dict, head: str, checkpoint: str, license_id: str) -> str:
+def write_model_card(export: dict, meta: dict, head: str, checkpoint: str, license_id: str,
+                     repo_id: str | None = None) -> str:
+    """README.md in the export directory; the model's name is the Hub repository's when pushed."""
     from kotune.job import versions
 
     results, run_dir = training_results(checkpoint)
     export = {**export, "versions": versions()}
-    text = card_text(export, meta, head, results, training_command(run_dir), license_id, versions().get("kotune"))
+    name = repo_id.split("/")[-1] if repo_id else f"kotune-{meta.get('model') or 'model'}-{meta.get('task') or head}"
+    text = card_text(export, meta, head, results, training_command(run_dir), license_id, versions().get("kotune"), name)
     path = os.path.join(export["export_dir"], "README.md")
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)

@@ -9,6 +9,10 @@ or refuses in one line saying why:
 - ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl;
 - ``score`` of the run's own predictions.jsonl = the training run's metrics;
 - ``export`` writes the native class, or refuses in one line; ``ceiling`` and ``embed`` run;
+- ``export.format=onnx``: onnxruntime's logits = the checkpoint's (1e-4) on every dev example, and
+  ``predict`` from the export = the training run's predictions.jsonl; or a one-line refusal;
+- ``serve``'s predictor (tests/test_serve.py runs the HTTP server) answers the dev inputs as
+  ``predict`` did, or the action refuses in one line;
 - ``probe`` (frozen heads on two layer choices of one encoding) runs on the trained encoder;
 - ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind).
 """
@@ -203,6 +207,84 @@ def test_export_writes_the_native_class_or_refuses_in_one_line(trained):
         assert config.num_labels == res["num_labels"] and config.architectures == [res["native_class"]]
     else:
         assert "cannot export" in refused_in_one_line(res)
+
+
+def same_records(ours: list[dict], theirs: list[dict]) -> None:
+    """Equal records; a float prediction (STS) to 1e-5, as batches padded otherwise round otherwise."""
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert a.keys() == b.keys()
+        for key in a:
+            if isinstance(a[key], float):
+                assert a[key] == pytest.approx(b[key], abs=1e-5), (key, a, b)
+            else:
+                assert a[key] == b[key], (key, a, b)
+
+
+def real_positions(head: str, features) -> list:
+    """Per dev row, the logit positions both models compute alike: all of a sequence head's, a
+    token or span head's real tokens (kotune's span head masks padding, the native one does not)."""
+    if head in ("sequence", "pair"):
+        return [slice(None)] * len(features)
+    return [slice(0, len(ids)) for ids in features["input_ids"]]
+
+
+def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_one_line(trained):
+    import numpy as np
+
+    from heads.onnx import OnnxModel
+    from kotune.build import build, make_collator
+    from kotune.predict import BatchPredictor, torch_forward
+    from tasks.collate import in_order, length_order
+
+    task, run = trained["task"], trained["root"] / "plain"
+    res = job([f"task={task}", *TINY, "action=export", "export.format=onnx", f"checkpoint={run}"],
+              trained["root"] / "onnx", trained["cache"])
+    if res["status"] != "ok":
+        assert "cannot export" in refused_in_one_line(res)
+        return
+    export = res["export_dir"]
+    cfg = compose([f"task={task}", *TINY, f"checkpoint={run}", f"cache_dir={trained['cache']}"])
+    b = build(cfg, ("validation",))
+    rows = in_order(b.inputs["validation"], length_order(b.features["validation"]))
+    collator = make_collator(b.tokenizer, cfg)
+    ours = BatchPredictor(torch_forward(b.model), 16, collator).predict(rows).predictions
+    theirs = BatchPredictor(OnnxModel(export), 16, collator).predict(rows).predictions
+    ours, theirs = (x if isinstance(x, tuple) else (x,) for x in (ours, theirs))
+    places = real_positions(b.model.head_kind, rows)
+    for a, t in zip(ours, theirs):
+        assert a.shape == t.shape
+        worst = max(float(np.abs(a[i][p] - t[i][p]).max()) for i, p in enumerate(places))
+        assert worst <= 1e-4, worst
+
+    unlabelled = unlabelled_dev(task, sample(task, "validation"), trained["root"])
+    out = trained["root"] / "onnx-predict"
+    ok(job([f"task={task}", *TINY, "action=predict", f"checkpoint={export}", f"data.predict_file={unlabelled}"],
+           out, trained["cache"]))
+    same_records(predictions(out), predictions(run))
+
+
+def request_item(task, ex: dict) -> dict:
+    """A dev example as the server takes it: its task's request fields."""
+    if "units" in ex:
+        return {"text": task.join.join(ex["units"])}
+    return {k: ex[k] for k in task.request_fields}
+
+
+def test_serving_answers_as_predict_or_refuses_in_one_line(trained):
+    from kotune.serving import Predictor
+    from tasks import build_task
+
+    task, run = trained["task"], trained["root"] / "plain"
+    if build_task(compose([f"task={task}"]).task).request_fields is None:
+        res = job([f"task={task}", *TINY, "action=serve", f"checkpoint={run}"], trained["root"] / "serve",
+                  trained["cache"])
+        assert "action=serve" in refused_in_one_line(res)
+        return
+    served = Predictor(compose([f"task={task}", *TINY, f"checkpoint={run}", f"cache_dir={trained['cache']}"]))
+    examples = served.b.task.read_file(str(sample(task, "validation")), labelled=False)
+    answers = served(served.examples([request_item(served.b.task, ex) for ex in examples]))
+    same_records([{k: v for k, v in a.items() if k != "gold"} for a in answers], predictions(run))
 
 
 def test_ceiling_runs_or_refuses_in_one_line(trained):

@@ -41,7 +41,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
                f"transformers.{res['native_class']}.from_pretrained(\"{out_dir}\")")
     saved = KotuneModel.spec(model_dir)
     res["model_card"] = write_model_card(res, saved["meta"], saved["head"], str(cfg.checkpoint),
-                                         str(cfg.export.get("license") or "unknown"))
+                                         str(cfg.export.get("license") or "unknown"), cfg.export.get("push_to_hub"))
     log(f"exported {res['native_class']} to {out_dir}: {use}")
     if cfg.export.get("push_to_hub"):
         res["pushed"] = push_to_hub(out_dir, str(cfg.export.push_to_hub), bool(cfg.export.get("private")))
