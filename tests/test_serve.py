@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -126,31 +123,12 @@ def test_push_to_hub_offline_keeps_the_export_and_says_so_in_one_line(demo, monk
 
 
 # ---- a real server -------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(checkpoint: Path, run_dir: Path, port: int, cache_dir: str, extra: list[str]) -> subprocess.Popen:
     args = [sys.executable, str(ROOT / "run.py"), *DEMO, "action=serve", f"checkpoint={checkpoint}", *extra,
             f"serve.port={port}", "serve.max_wait_ms=50", "serve.max_body_bytes=20000", "serve.max_items=100",
             f"cache_dir={cache_dir}", f"hydra.run.dir={run_dir}"]
     log = open(run_dir.parent / f"{run_dir.name}.log", "w")
     return subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-
-
-def wait_until_up(client, proc: subprocess.Popen, url: str, timeout_s: float = 180) -> dict:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the server exited before it answered"
-        try:
-            return client.get(f"{url}/health", timeout=2).json()
-        except httpx.TransportError:
-            time.sleep(0.5)
-    raise AssertionError(f"no answer from {url}/health in {timeout_s} s")
 
 
 async def concurrent_answers(url: str, texts: list[str]) -> list:
@@ -187,12 +165,14 @@ def test_the_server_answers_64_concurrent_requests_as_predict_does(demo, served)
     expected = [r["prediction"] for r in records(Path(predicted["run_dir"]))]
     assert len(expected) == N_REQUESTS and len(set(expected)) >= 2
 
+    from bench.serve_speed import free_port, stop_server, wait_for_health
+
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = start_server(model, root / f"serve-{served}", port, demo["cache"], extra)
     try:
+        health = wait_for_health(proc, url, timeout_s=180)
         with httpx.Client(timeout=60) as client:
-            health = wait_until_up(client, proc, url)
             assert health["status"] == "ok" and health["runtime"] == ("torch" if served == "checkpoint" else "onnxruntime")
             assert asyncio.run(concurrent_answers(url, demo["texts"])) == expected
             stats = client.get(f"{url}/health").json()
@@ -205,12 +185,7 @@ def test_the_server_answers_64_concurrent_requests_as_predict_does(demo, served)
             listed = client.post(f"{url}/predict", json={"inputs": demo["texts"][:5]})
             assert [p["prediction"] for p in listed.json()["predictions"]] == expected[:5]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc)
     results = json.loads((root / f"serve-{served}" / "results.json").read_text())
     assert results["status"] == "ok" and results["serve"]["requests"] == N_REQUESTS + 1
     assert results["serve"]["stopped_by"] == ["SIGTERM"]
