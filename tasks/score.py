@@ -124,7 +124,7 @@ def to_outputs(task, values: list[Any], examples: list[dict], path: str) -> list
     kind = task.head
     if kind in ("span", "span_char"):  # QA: an answer string
         return [{"answer": "" if v is None else str(v)} for v in values]
-    if kind in ("token", "token_char"):  # a tag per unit
+    if kind.startswith("token"):  # a tag per unit (token, token_char, with or without a CRF)
         outputs = [_tags(v) for v in values]
         for out, ex in zip(outputs, examples):
             if len(out) != len(ex["units"]):
