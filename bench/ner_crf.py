@@ -9,7 +9,8 @@ seed of ``--seeds`` trains on all of it at that rate and is scored on the 20 %. 
 over the seeds; the difference CRF − plain paired by seed, its mean ± paired standard error, and
 "shown" only where it exceeds two standard errors (either way).
 
-    python bench/ner_crf.py --cache-dir /work/cache/bench          # 5 seeds, 400 steps each
+    python bench/ner_crf.py --cache-dir CACHE                      # 5 seeds, 400 steps each
+    python bench/ner_crf.py --cache-dir CACHE --model-dir CACHE/pretrain_gain/<hash>/model  # a given encoder
     python bench/ner_crf.py --ft-steps 10 --seeds 1,2 --out smoke  # a smoke run
 
 Prints a table and ``RESULT crf_entity_f1=… plain_entity_f1=… crf_gain=… crf_gain_se=… shown=…``,
@@ -35,14 +36,19 @@ METRICS = ("entity_f1", "entity_f1_micro", "char_f1")
 
 
 def main() -> None:
-    a = arguments(__doc__, out="kotune_ner_crf").parse_args()
+    p = arguments(__doc__, out="kotune_ner_crf")
+    p.add_argument("--model-dir", default=None,
+                   help="the pretrained mini encoder's directory (default: the recipe's cached pretraining, made if missing)")
+    p.add_argument("--arms", default="plain,crf",
+                   help="train only these arms (e.g. two processes, one per arm; then all, reusing their runs)")
+    a = p.parse_args()
     if not os.path.exists(NER_FILE):
         raise SystemExit(f"skipped: {NER_FILE} not found (../shared absent)")
     import torch
 
     started = time.time()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}", flush=True)
-    _, model_dir = pretrain(a, a.cache_dir)
+    model_dir = a.model_dir or pretrain(a, a.cache_dir)[1]
     print(f"pretrained mini encoder: {model_dir}", flush=True)
     os.makedirs(a.out, exist_ok=True)
     bench = Bench(a, model_dir, fixed_splits(a.cache_dir, a.ner_eval_split, seed=0))
@@ -53,13 +59,15 @@ def main() -> None:
         return bench.finetune("ner", "pretrained", lr, seed, select=select, tag=tag, options=ARMS[arm])["metrics"]
 
     arms: dict[str, dict] = {}
-    for arm in ARMS:
+    for arm in a.arms.split(","):
         grid = {lr: run(arm, lr, seeds[0], select=True)["entity_f1"] for lr in lrs}
         lr = max(grid, key=grid.get)
         runs = [run(arm, lr, s) for s in seeds]
         arms[arm] = {"lr": lr, "select_scores": grid, "metrics": {m: [r[m] for r in runs] for m in METRICS}}
         print(f"{arm:5s} lr {lr:g} (held-out entity F1: {', '.join(f'{k:g} {v:.2f}' for k, v in grid.items())}): "
               f"entity F1 {spread(arms[arm]['metrics']['entity_f1'])}", flush=True)
+    if set(arms) != set(ARMS):
+        return
     diffs = {m: difference(arms["crf"]["metrics"][m], arms["plain"]["metrics"][m]) for m in METRICS}
     lines = [f"| metric ({len(seeds)} seeds) | plain (mean ± sd) | CRF (mean ± sd) | CRF − plain ± paired SE "
              "| per seed | beyond 2 SE |", "| --- | --- | --- | --- | --- | --- |"]
