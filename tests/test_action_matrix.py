@@ -165,6 +165,7 @@ def trained(request, tmp_path_factory, cache_dir):
     klue = ok(job(recipes["klue"], root / "klue", cache_dir))
     assert klue["best_step"] is not None and klue["metrics_last"] is not None
     assert (klue["early_stopping"] is not None) == bool(options)
+    assert not options or klue["early_stopping"]["stopped_early"]  # so the rerun cell reruns a stopped run
     # every other cell runs the task with the variant's options
     return {"task": task, "options": [f"task={task}", *options], "root": root, "plain": plain, "klue": klue,
             "recipes": recipes, "cache": cache_dir}
