@@ -11,6 +11,7 @@ import torch
 from omegaconf import DictConfig
 
 from heads.encoder import _from_hub_or_cache, build_config
+from heads.loss import cross_entropy_sum, labelled, mean_of_terms
 from tasks.collate import IGNORE
 from tasks.errors import ConfigError
 from tasks.log import log, warn
@@ -164,16 +165,24 @@ MASKED_LM_HEADS = {
 }
 
 
-def pretraining_logits(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def pretraining_logits(model: torch.nn.Module, batch: dict,
+                       full_forward: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Logits and gold ids of the labelled positions of ``batch`` (row-major order), and the
     next-sentence logits where the batch has ``next_sentence_label`` (``BertForPreTraining``), else
     None: the encoder runs on every position, the MLM head (transform and vocabulary projection)
     only on the ~15 % that carry a label. Why: the projection onto the vocabulary is most of a
     small model's FLOPs (README, "Pretrain or adapt an encoder"). Architectures not in
-    ``MASKED_LM_HEADS`` run their own full forward."""
+    ``MASKED_LM_HEADS``, and ``full_forward`` (a wrapped model: DistributedDataParallel,
+    ``torch.compile``, whose inner modules must not be called past the wrapper), run the model's
+    own full forward."""
     labels = batch["labels"]
     chosen = labels != IGNORE
     inputs = {k: v for k, v in batch.items() if k not in ("labels", "next_sentence_label")}
+    if full_forward:
+        out = model(**inputs)
+        if "next_sentence_label" in batch:
+            return out.prediction_logits[chosen], labels[chosen], out.seq_relationship_logits
+        return out.logits[chosen], labels[chosen], None
     if "next_sentence_label" in batch:
         out = model.base_model(**inputs)
         return (model.cls.predictions(out.last_hidden_state[chosen]), labels[chosen],
@@ -190,16 +199,27 @@ def masked_logits(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, to
     return pretraining_logits(model, batch)[:2]
 
 
-def masked_lm_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+def pretraining_counts(batch: dict) -> torch.Tensor:
+    """The items each term of the pretraining loss is a mean over: the masked tokens (and the
+    sentence pairs, where the batch has ``next_sentence_label``)."""
+    counts = [labelled(batch["labels"])]
+    if "next_sentence_label" in batch:
+        counts.append(labelled(batch["next_sentence_label"]))
+    return torch.stack(counts)
+
+
+def masked_lm_loss(model: torch.nn.Module, batch: dict, counts: torch.Tensor | None = None,
+                   full_forward: bool = False) -> torch.Tensor:
     """The ``*ForMaskedLM`` loss (mean cross-entropy over the labelled positions) from
     ``pretraining_logits``, plus the next-sentence cross-entropy where the batch has
     ``next_sentence_label`` (``BertForPreTraining``'s loss): equal to the model's own, with its
-    gradients."""
-    logits, gold, next_logits = pretraining_logits(model, batch)
-    loss = torch.nn.functional.cross_entropy(logits, gold)
+    gradients. ``counts``: the ``pretraining_counts`` of the whole optimizer step this batch is a
+    share of (gradient accumulation, data parallel; heads/loss.py), else the batch's own."""
+    logits, gold, next_logits = pretraining_logits(model, batch, full_forward)
+    sums = [cross_entropy_sum(logits, gold)]
     if next_logits is not None:
-        loss = loss + torch.nn.functional.cross_entropy(next_logits, batch["next_sentence_label"])
-    return loss
+        sums.append(cross_entropy_sum(next_logits, batch["next_sentence_label"]))
+    return mean_of_terms(sums, pretraining_counts(batch) if counts is None else counts)
 
 
 @torch.no_grad()

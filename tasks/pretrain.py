@@ -327,27 +327,30 @@ class KeyedRows(torch.utils.data.Dataset):
         return {**self.rows[key[1]], "mask_key": key}
 
 
-def batch_seed(seed: int, epoch: int, rows: list[int]) -> int:
-    """A 64-bit generator seed from the run's seed, the epoch and the batch's rows."""
-    return int.from_bytes(hashlib.blake2b(repr((seed, epoch, rows)).encode(), digest_size=8).digest(), "little")
+def row_seed(seed: int, epoch: int, row: int) -> int:
+    """A 64-bit generator seed from the run's seed, the epoch and the row."""
+    return int.from_bytes(hashlib.blake2b(repr((seed, epoch, row)).encode(), digest_size=8).digest(), "little")
 
 
 class KeyedMasking:
-    """The library collator with each batch's masks drawn from a generator keyed on ``seed`` and
-    the batch's place in training (epoch and rows, from ``KeyedRows``). Why: the library draws from
-    the global torch RNG, which Trainer restores only after the first resumed batch is fetched (and
+    """The library collator with each row's masks drawn from a generator keyed on ``seed`` and the
+    row's place in training (epoch and row, from ``KeyedRows``). Why: the library draws from the
+    global torch RNG, which Trainer restores only after the first resumed batch is fetched (and
     which dataloader workers do not share), so a resumed run masked differently from an
-    uninterrupted one. Keyed masks are the same whenever and wherever a batch is collated, and
-    differ across epochs."""
+    uninterrupted one. Keyed masks are the same whenever and wherever a row is collated, whatever
+    batch it is in (``train.grad_accum=2`` at half the batch size masks as one batch does), and
+    differ across epochs. The rows of a batch are of one length (packed blocks, padded pairs)."""
 
     def __init__(self, collator, seed: int):
         self.collator, self.seed = collator, seed
 
     def __call__(self, items: list[dict]) -> dict:
-        epoch = items[0]["mask_key"][0]
-        rows = [item["mask_key"][1] for item in items]
-        self.collator.generator = torch.Generator().manual_seed(batch_seed(self.seed, epoch, rows))
-        return self.collator([{k: v for k, v in item.items() if k != "mask_key"} for item in items])
+        rows = []
+        for item in items:
+            epoch, row = item["mask_key"]
+            self.collator.generator = torch.Generator().manual_seed(row_seed(self.seed, epoch, row))
+            rows.append(self.collator([{k: v for k, v in item.items() if k != "mask_key"}]))
+        return {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
 
 
 def training_collator(tokenizer, p: DictConfig, seed: int) -> KeyedMasking:

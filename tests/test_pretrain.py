@@ -157,7 +157,7 @@ def test_masked_only_loss_and_gradients_equal_the_full_computation(arch, tokeniz
     assert torch.equal(gold, batch["labels"][chosen])
 
 
-def test_training_masks_are_keyed_on_the_batch_place_not_the_global_rng(tokenizer, blocks):
+def test_training_masks_are_keyed_on_the_row_place_not_the_global_rng(tokenizer, blocks):
     rows = pretrain.model_rows(blocks, False)
     collator = pretrain.training_collator(tokenizer, settings(), seed=1)
     sampler, data = pretrain.EpochSampler(len(rows), seed=1), pretrain.KeyedRows(rows)
@@ -177,6 +177,9 @@ def test_training_masks_are_keyed_on_the_batch_place_not_the_global_rng(tokenize
     sampler.set_epoch(0)
     keys = list(sampler)[4:8]
     assert torch.equal(collator([data[k] for k in keys])["labels"], first[1]["labels"])
+    # a row is masked as it is whatever batch it is in: two half batches (grad_accum=2) as one
+    halves = [collator([data[k] for k in part])["labels"] for part in (keys[:2], keys[2:])]
+    assert torch.equal(torch.cat(halves), first[1]["labels"])
     # the next epoch masks every block anew
     by_row = {}
     for epoch in (0, 1):
