@@ -33,7 +33,8 @@ def sinusoidal_positions(model: torch.nn.Module) -> None:
 
 
 ATTENTION_INITS = ("random", "tied_qk", "mimetic")
-# Trockman & Kolter's defaults (their ViT setting): query-key α₁ = β₁ = 0.7, value-output α₂ = β₂ = 0.4.
+# kotune's defaults, query-key α₁ = β₁ = 0.7 and value-output α₂ = β₂ = 0.4: the ViT values implementations
+# citing Trockman & Kolter use, not checked against the paper's text (README, "Pretrain or adapt an encoder").
 MIMETIC_ALPHA, MIMETIC_BETA = (0.7, 0.4), (0.7, 0.4)
 
 
@@ -95,7 +96,7 @@ def mimetic_attention(model: torch.nn.Module, alpha: tuple[float, float] = MIMET
 
 def mimetic_scales(alpha, beta) -> tuple[tuple[float, float], tuple[float, float]]:
     """``pretrain.mimetic_alpha`` / ``mimetic_beta``: each [query-key, value-output], numbers ≥ 0
-    (None: the paper's)."""
+    (None: ``MIMETIC_ALPHA`` / ``MIMETIC_BETA``)."""
     scales = []
     for name, value, default in (("mimetic_alpha", alpha, MIMETIC_ALPHA), ("mimetic_beta", beta, MIMETIC_BETA)):
         value = default if value is None else value
@@ -115,7 +116,7 @@ def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
     """``AutoModelForMaskedLM`` (``objective`` mlm+nsp: BERT's ``AutoModelForPreTraining``); a
     checkpoint without those heads gets fresh ones (warning). Random init only: ``position_init``
     random | sinusoidal, ``attention_init`` random | tied_qk | mimetic (``mimetic_alpha``,
-    ``mimetic_beta``: [query-key, value-output], None: the paper's)."""
+    ``mimetic_beta``: [query-key, value-output], None: ``MIMETIC_ALPHA`` / ``MIMETIC_BETA``)."""
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
     init = model_cfg.get("init", "pretrained")
