@@ -1,6 +1,8 @@
 """Token tagging heads with a linear-chain CRF on top (``task.crf=true``): pytorch-crf's ``CRF``
-(``torchcrf``) scores whole tag sequences — the training loss is its negative log-likelihood per
-label slot, evaluation decodes with its Viterbi search.
+(``torchcrf``) scores whole tag sequences — the training loss is its negative log-likelihood,
+summed over sentences and divided by the label slots as the cross-entropy of a plain tagging head
+is (``heads/loss.py``: the slots of the whole optimizer step under ``train.grad_accum``), and
+evaluation decodes with its Viterbi search.
 
 The chain runs over each row's *label slots* only (the positions the task labels and decodes:
 a unit's first subword, or every subword with ``task.label_subwords=all``; characters with
@@ -34,7 +36,7 @@ class _CRF(CRF):
     def forward(self, emissions, tags=None, mask=None):  # type: ignore[override]
         if tags is None:
             return self.decode(emissions, mask)
-        return super().forward(emissions, tags, mask, reduction="token_mean")
+        return super().forward(emissions, tags, mask, reduction="sum")
 
 
 def chain(slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,7 +78,8 @@ class ChainCRF(nn.Module):
         return positions, mask, packed, mask.any(1)  # rows with at least one slot
 
     def nll(self, emissions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Mean negative log-likelihood per labelled slot (labels -100 elsewhere)."""
+        """The negative log-likelihood of the labelled slots' tags (labels -100 elsewhere), summed
+        over the rows."""
         slots = labels != IGNORE
         positions, mask, packed, rows = self._packed(emissions, slots)
         if not rows.any():  # nothing to learn in this batch: 0, not NaN
@@ -110,8 +113,9 @@ class _CrfTagging:
             return emissions
         return self.crf.viterbi(emissions, label_slots == 1), emissions
 
-    def loss(self, logits, labels: torch.Tensor) -> torch.Tensor:
-        return self.crf.nll(logits[1] if isinstance(logits, tuple) else logits, labels)
+    def loss_sums(self, logits, labels: torch.Tensor) -> list[torch.Tensor]:
+        """One term, counted as the plain head's is (its labelled slots: ``loss_counts``)."""
+        return [self.crf.nll(logits[1] if isinstance(logits, tuple) else logits, labels)]
 
 
 class CrfTokenHead(_CrfTagging, TokenHead):

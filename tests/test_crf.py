@@ -82,7 +82,7 @@ def test_the_likelihood_is_pytorch_crfs_over_the_packed_slots():
     packed = torch.stack([emissions[0, [1, 2, 4]], torch.cat([emissions[1, [1, 2, 3]]])])
     tags = torch.tensor([[0, 1, 4], [4, 2, 3]])
     expected = -functional_call(crf.crf, crf.parameters_in_force(), (packed, tags, torch.ones(2, 3, dtype=torch.bool)))
-    assert crf.nll(emissions, labels).item() == pytest.approx(expected.item(), abs=1e-5)
+    assert crf.nll(emissions, labels).item() == pytest.approx(expected.item(), abs=1e-5)  # summed over rows
 
 
 def test_gold_tags_that_break_iob2_per_token_open_their_entity(cache_dir):
