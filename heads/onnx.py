@@ -93,11 +93,15 @@ def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = N
     """An exported directory (module docstring) of the saved kotune model ``model_dir``, or the
     one-line refusal of a head with no native class (RE, DP, character-level heads)."""
     from heads.encoder import position_limit
-    from heads.export import export_summary, load_native
+    from heads.export import export_summary, input_fields, load_native
 
     if quantize not in QUANTIZE:
         raise ConfigError(f"export.quantize must be null or int8, got '{quantize}'")
     model, native, tokenizer, note = load_native(model_dir)
+    if input_fields(model.meta):  # e.g. kotune_windows: a document's logits combine its windows' outside the class
+        raise ConfigError(f"cannot export {model_dir} to ONNX: it reads documents as windows (task.long_text=windows), "
+                          "whose logits kotune combines outside the native class; export.format=native writes it "
+                          "with that recipe")
     inputs = tuple(n for n in MODEL_INPUTS if n != "token_type_ids" or model.meta.get("token_type_ids", True))
     outputs = OUTPUTS[model.head_kind]
     os.makedirs(out_dir, exist_ok=True)

@@ -257,13 +257,13 @@ def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_
     from tasks.collate import in_order, length_order
 
     task, run = trained["task"], trained["root"] / "plain"
-    res = job([f"task={task}", *TINY, "action=export", "export.format=onnx", f"checkpoint={run}"],
+    res = job([*trained["options"], *TINY, "action=export", "export.format=onnx", f"checkpoint={run}"],
               trained["root"] / "onnx", trained["cache"])
     if res["status"] != "ok":
         assert "cannot export" in refused_in_one_line(res)
         return
     export = res["export_dir"]
-    cfg = compose([f"task={task}", *TINY, f"checkpoint={run}", f"cache_dir={trained['cache']}"])
+    cfg = compose([*trained["options"], *TINY, f"checkpoint={run}", f"cache_dir={trained['cache']}"])
     b = build(cfg, ("validation",))
     rows = in_order(b.inputs["validation"], length_order(b.features["validation"]))
     collator = make_collator(b.tokenizer, cfg)
@@ -278,7 +278,7 @@ def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_
 
     unlabelled = unlabelled_dev(task, sample(task, "validation"), trained["root"])
     out = trained["root"] / "onnx-predict"
-    ok(job([f"task={task}", *TINY, "action=predict", f"checkpoint={export}", f"data.predict_file={unlabelled}"],
+    ok(job([*trained["options"], *TINY, "action=predict", f"checkpoint={export}", f"data.predict_file={unlabelled}"],
            out, trained["cache"]))
     same_records(predictions(out), predictions(run))
 
@@ -295,12 +295,12 @@ def test_serving_answers_as_predict_or_refuses_in_one_line(trained):
     from tasks import build_task
 
     task, run = trained["task"], trained["root"] / "plain"
-    if build_task(compose([f"task={task}"]).task).request_fields is None:
-        res = job([f"task={task}", *TINY, "action=serve", f"checkpoint={run}"], trained["root"] / "serve",
+    if build_task(compose(trained["options"]).task).request_fields is None:
+        res = job([*trained["options"], *TINY, "action=serve", f"checkpoint={run}"], trained["root"] / "serve",
                   trained["cache"])
         assert "action=serve" in refused_in_one_line(res)
         return
-    served = Predictor(compose([f"task={task}", *TINY, f"checkpoint={run}", f"cache_dir={trained['cache']}"]))
+    served = Predictor(compose([*trained["options"], *TINY, f"checkpoint={run}", f"cache_dir={trained['cache']}"]))
     examples = served.b.task.read_file(str(sample(task, "validation")), labelled=False)
     answers = served(served.examples([request_item(served.b.task, ex) for ex in examples]))
     same_records([{k: v for k, v in a.items() if k != "gold"} for a in answers], predictions(run))
