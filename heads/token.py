@@ -13,27 +13,31 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from heads.class_weights import ClassWeighted
 from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
 from tasks.collate import IGNORE
 
 
-def tagging_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over labelled slots only (-100: specials, padding, unlabelled subwords)."""
+def tagging_loss(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Cross-entropy over labelled slots only (-100: specials, padding, unlabelled subwords), each
+    tag's term scaled by ``weight`` when given (``train.class_weights``)."""
     labels = labels.long()
     if not (labels != IGNORE).any():  # a batch with nothing to learn gives 0, not NaN
         return logits.sum() * 0.0
-    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE)
+    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), weight=weight, ignore_index=IGNORE)
 
 
-class TokenHead(nn.Module):
+class TokenHead(ClassWeighted, nn.Module):
     """Each token state → dropout → linear → tag logits, shape (batch, tokens, labels): the
     ``classifier`` of ``*ForTokenClassification``."""
 
     label_fields = LABEL_FIELDS["token"]
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, init_std: float = 0.02):
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, init_std: float = 0.02,
+                 class_weights: list[float] | None = None):
         super().__init__()
+        self.init_class_weights(class_weights)
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_size, num_labels)
         init_new_layers(self, init_std)
@@ -42,10 +46,10 @@ class TokenHead(nn.Module):
         return self.out(self.dropout(hidden_states))
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return tagging_loss(logits, labels)
+        return tagging_loss(logits, labels, self.class_weights)
 
 
-class CharTokenHead(nn.Module):
+class CharTokenHead(ClassWeighted, nn.Module):
     """A tag per character, as a correction of the covering token's tag: logits =
     linear(token state) + linear₀(GELU(dense(LN(token state + position embeddings)))), with linear₀
     zero-initialised, so training starts from the subword head's answer (every character of a
@@ -55,8 +59,9 @@ class CharTokenHead(nn.Module):
     label_fields = LABEL_FIELDS["token_char"]
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, max_char_positions: int = 16,
-                 init_std: float = 0.02):
+                 init_std: float = 0.02, class_weights: list[float] | None = None):
         super().__init__()
+        self.init_class_weights(class_weights)
         self.max_char_positions = max_char_positions
         # positions past the last embedding share it (only very long [UNK] tokens get there)
         self.from_start = nn.Embedding(max_char_positions, hidden_size)
@@ -84,4 +89,4 @@ class CharTokenHead(nn.Module):
         return self.out(states) + self.correction(self.dropout(F.gelu(self.dense(self.norm(x)))))
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return tagging_loss(logits, labels)
+        return tagging_loss(logits, labels, self.class_weights)

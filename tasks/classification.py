@@ -15,14 +15,15 @@ import numpy as np
 
 from tasks.metric_sets import classification_scores, sts_scores
 from tasks.base import EncodeSettings, Task
-from tasks.errors import DataError
+from tasks.errors import ConfigError, DataError
 from tasks.io import field, read_records, require_columns
 
 
 class ClassificationTask(Task):
     """[CLS] classification (``num_labels`` > 1) or regression (``task.regression: true``)."""
 
-    saved_options = {"regression": "error"}  # a regression head is not a classifier
+    # a regression head is not a classifier, nor a sigmoid per label (task=multi_label) a softmax
+    saved_options = {"regression": "error", "multi_label": "error"}
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -33,9 +34,9 @@ class ClassificationTask(Task):
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
         cols = self.cfg.columns
         records = read_records(path, self.cfg.get("format") or self.reading.format, self.reading.quoting)
-        needed = {"text": cols.text, "text_pair": cols.get("text_pair")}
+        needed = {"text": cols.text, "text_pair": cols.get("text_pair"), "group": cols.get("group")}
         if labelled:  # a predict file may come without labels
-            needed["label"] = cols.label
+            needed.update(self.label_columns())
         require_columns(path, records, needed, self.column_options)
         examples = []
         for where, row in records:
@@ -45,13 +46,28 @@ class ClassificationTask(Task):
             ex["text"] = self._text(path, where, field(path, where, row, cols.text))
             if cols.get("text_pair"):
                 ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair))
-            raw = field(path, where, row, cols.label, required=labelled)
-            if raw is not None and raw != "":
-                ex["label"] = self._label(path, where, raw)
-            elif labelled:
-                raise DataError(path, where, f"empty label (column '{cols.label}')")
+            if cols.get("group"):  # data.group_column: rows that stay on one side of any split
+                ex["group"] = str(field(path, where, row, cols.group))
+            self.read_label(path, where, row, ex, labelled)
             examples.append(ex)
         return examples
+
+    def label_columns(self) -> dict[str, str]:
+        """Role → the column a labelled file must have."""
+        column = self.cfg.columns.label
+        if not isinstance(column, str):
+            raise ConfigError(f"data.label_column={list(column)} names several columns: one label per text "
+                              f"comes from one column (a label set from several: task=multi_label)")
+        return {"label": column}
+
+    def read_label(self, path: str, where: str, row: dict, ex: dict, labelled: bool) -> None:
+        """``ex["label"]`` from the row (absent in an unlabelled predict file)."""
+        column = self.label_columns()["label"]
+        raw = field(path, where, row, column, required=labelled)
+        if raw is not None and raw != "":
+            ex["label"] = self._label(path, where, raw)
+        elif labelled:
+            raise DataError(path, where, f"empty label (column '{column}')")
 
     def read_hub(self, rows, path: str) -> list[dict]:
         cols = self.cfg.hub.columns
@@ -123,9 +139,7 @@ class ClassificationTask(Task):
         if self.head == "pair":
             columns["text_pair"] = [ex["text_pair"] for ex in examples]
         if all("label" in ex for ex in examples):
-            label_id = {name: i for i, name in enumerate(self.labels or [])}
-            columns["labels"] = [float(ex["label"]) if self.regression else label_id[ex["label"]]
-                                 for ex in examples]
+            columns["labels"] = self.label_values(examples)
         raw = datasets.Dataset.from_dict(columns)
 
         def tokenize(batch):
@@ -137,6 +151,13 @@ class ClassificationTask(Task):
         return raw.map(tokenize, batched=True, remove_columns=[c for c in ("text", "text_pair")
                                                                 if c in columns],
                        desc=f"tokenizing {self.name}")
+
+    def label_values(self, examples: list[dict]) -> list:
+        """The ``labels`` column: a class id per example (a float for regression)."""
+        if self.regression:
+            return [float(ex["label"]) for ex in examples]
+        label_id = {name: i for i, name in enumerate(self.labels or [])}
+        return [label_id[ex["label"]] for ex in examples]
 
     # ---- decoding and scoring ------------------------------------------------------------
     def decode(self, predictions, features, examples: list[dict]) -> list[Any]:
