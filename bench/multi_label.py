@@ -4,9 +4,9 @@ Fine-tunes kotune's random tiny encoder and the pretrained mini encoder of bench
 (``--model-dir``), each deciding at 0.5 (``task.threshold`` unset) and with ``task.threshold=tune``
 (10 % of train.tsv held out of training picks each label's threshold).
 
-Protocol (nothing is chosen on dev): each encoder's learning rate is the best micro F1 of ``--lrs``
-at 0.5 on a seeded ``--select-split`` of train.tsv (seed 1); every seed then trains at that rate
-with both decisions. Table: micro F1 (main), macro F1, samples F1, subset accuracy, mean ± sd over
+Protocol (nothing is chosen on dev): each encoder × decision's learning rate is the best micro F1
+of ``--lrs`` (with that decision) on a seeded ``--select-split`` of train.tsv (seed 1); every seed
+then trains at that rate. Table: micro F1 (main), macro F1, samples F1, subset accuracy, mean ± sd over
 seeds; the paired difference tune − 0.5 per seed with its standard error, "shown" where |mean| > 2 SE.
 
     python bench/multi_label.py --model-dir DIR      # DIR: printed by bench/pretrain_gain.py --only-pretrain
@@ -64,10 +64,10 @@ def main() -> None:
 
     table, result = {}, []
     for model in a.models.split(","):
-        lr, grid = select_lr(lambda lr, s, select: run(model, "0.5", lr, s, select), lrs, "micro_f1")
-        print(f"{model}: lr {lr:g} (held-out micro F1 at 0.5: " + ", ".join(f"lr {k:g} {v:.2f}" for k, v in grid.items())
-              + ")", flush=True)
         for decision in DECISIONS:
+            lr, grid = select_lr(lambda lr, s, select: run(model, decision, lr, s, select), lrs, "micro_f1")
+            print(f"{model} {decision}: lr {lr:g} (held-out micro F1: "
+                  + ", ".join(f"lr {k:g} {v:.2f}" for k, v in grid.items()) + ")", flush=True)
             runs = [run(model, decision, lr, s) for s in seeds]
             table[(model, decision)] = {"lr": lr, "select": grid, **{m: [r["metrics"][m] for r in runs] for m in METRICS},
                                         "thresholds": [r["decision"]["thresholds"] for r in runs]}

@@ -177,14 +177,14 @@ def _relation_outputs(task: RelationTask, values: list[Any], examples: list[dict
         warn(f"{path}: no class probabilities ('{PROBABILITIES}': {{relation: probability}} per row, as "
              "kotune's predictions.jsonl has them): scoring micro F1 only, AUPRC needs probabilities")
         return [{"label": str(v), "probs": None} for v in values]
-    return [{"label": str(v), "probs": probability_row(probs, labels, path, f"id {ex['id']!r}")}
+    return [{"label": str(v), "probs": probability_row(probs, labels, path, f"id {ex['id']!r}", "relations")}
             for v, probs, ex in zip(values, given, examples)]
 
 
-def probability_row(probs: Any, labels: list[str], path: str, where: str) -> list[float]:
+def probability_row(probs: Any, labels: list[str], path: str, where: str, what: str = "labels") -> list[float]:
     """A row's ``{label: probability}`` as a list in ``labels`` order, every label present, finite."""
     if not isinstance(probs, dict) or set(probs) != set(labels):
-        raise DataError(path, None, f"{where}: '{PROBABILITIES}' must map each of the {len(labels)} labels "
+        raise DataError(path, None, f"{where}: '{PROBABILITIES}' must map each of the {len(labels)} {what} "
                                     "to its probability")
     try:
         row = [float(probs[name]) for name in labels]

@@ -95,6 +95,12 @@ def test_label_sets_from_lists_separated_cells_and_two_columns(tmp_path):
     examples = load_splits(task, data, ("validation",), seed=1)["validation"].examples
     assert [ex["label"] for ex in examples] == [[], ["gender", "offensive"], ["others"]]
     assert task.label_values(examples) == [[0, 0, 0, 0], [1, 0, 0, 1], [0, 1, 0, 0]]
+    # the same from the generic task, the columns named on the command line
+    cfg = compose(["task=multi_label", "data.text_column=comments", "data.label_column=[bias,hate]",
+                   "task.no_label=[none]", f"data.train_file={hate}", f"data.validation_file={hate}"])
+    generic = task_of(["task=multi_label", "task.no_label=[none]"])
+    examples = load_splits(generic, cfg.data, ("validation",), seed=1)["validation"].examples
+    assert [ex["label"] for ex in examples] == [[], ["gender", "offensive"], ["others"]]
 
 
 def test_an_unknown_label_in_dev_names_file_row_and_label(tmp_path, run_job):
