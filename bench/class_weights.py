@@ -12,7 +12,8 @@ runs' predictions.jsonl (where the weights should act: the minority classes).
     python bench/class_weights.py --model-dir DIR   # DIR: printed by bench/pretrain_gain.py --only-pretrain
     python bench/class_weights.py --model tiny --steps 20 --seeds 1,2 --out smoke   # a smoke run
 
-Prints a table and ``RESULT class_weights_macro_f1_gain=… se=… shown=…``; every job is an in-process
+Where the arms chose different rates, both arms also train at each chosen rate (a control: the
+difference at one rate is the weights' alone). Prints the tables and ``RESULT class_weights_macro_f1_gain=… se=… shown=…``; every job is an in-process
 ``kotune.job.execute`` (what the CLI runs), reused when its run directory already holds an ok result.
 """
 from __future__ import annotations
@@ -154,8 +155,17 @@ def main() -> None:
         bal_c = [x[c] for x in arms["balanced"]["per_class"]]
         g = paired_gain(bal_c, none_c)
         lines.append(f"| F1 {c} | {spread(none_c)} | {spread(bal_c)} | {g['mean']:+.2f} ± {g['se']:.2f} | {verdict(g)} |")
+    same_lr = {}
+    for lr in sorted({v["lr"] for v in arms.values()}):  # the control: both arms at one rate, seed by seed
+        scores = {arm: [run(arm, lr, s)["metrics"]["macro_f1"] for s in seeds] for arm in ARMS}
+        same_lr[lr] = {**scores, "gain": paired_gain(scores["balanced"], scores["none"])}
+    if len(same_lr) > 1:
+        lines += ["", "the arms chose different rates; both arms at each rate (macro F1):", "",
+                  "| lr | none | balanced | balanced − none ± paired SE | > 2 SE |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {lr:g} | {spread(v['none'])} | {spread(v['balanced'])} | {v['gain']['mean']:+.2f} ± "
+                  f"{v['gain']['se']:.2f} | {verdict(v['gain'])} |" for lr, v in same_lr.items()]
     print("\n".join(lines))
-    summary = {"args": vars(a), "arms": {k: {x: v[x] for x in ("lr", "select", "macro_f1", "accuracy", "per_class")}
+    summary = {"args": vars(a), "same_lr": {f"{lr:g}": v for lr, v in same_lr.items()}, "arms": {k: {x: v[x] for x in ("lr", "select", "macro_f1", "accuracy", "per_class")}
                                          for k, v in arms.items()},
                "class_weights": weights, "macro_f1_gain": macro, "accuracy_gain": acc,
                "minutes": (time.time() - started) / 60, "load_average_end": os.getloadavg()[0]}
