@@ -106,14 +106,11 @@ def test_label_sets_from_lists_separated_cells_and_two_columns(tmp_path):
 def test_an_unknown_label_in_dev_names_file_row_and_label(tmp_path, run_job):
     """Labels learned from the training file: a dev label outside them is one line naming the file,
     the row and the label (an empty set is a legal example on either side)."""
-    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
-    train.write_text("".join(json.dumps({"text": t, "labels": ls}, ensure_ascii=False) + "\n" for t, ls in
-                             [("맛있어요", ["맛"]), ("비싸요", ["가격"]), ("보통", [])] * 4), encoding="utf-8")
-    dev.write_text('{"text": "좋아요", "labels": []}\n{"text": "친절해요", "labels": ["서비스"]}\n', encoding="utf-8")
-    res = run_job(["task=multi_label", *TINY, f"data.train_file={train}", f"data.validation_file={dev}",
-                   "train.max_steps=1"])
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text('{"text": "좋아요", "labels": []}\n{"text": "빨리 왔어요", "labels": ["배달"]}\n', encoding="utf-8")
+    res = run_job(["task=multi_label", *TINY, f"data.validation_file={dev}", "train.max_steps=1"])
     assert res["status"] == "failed" and "\n" not in res["error"]
-    assert res["error"] == f"{dev}:2: unknown label '서비스' (labels: 가격, 맛)"
+    assert res["error"] == f"{dev}:2: unknown label '배달' (labels: 가격, 맛, 분위기, 서비스)"
 
 
 def test_a_single_label_task_refuses_several_label_columns(run_job):
