@@ -122,7 +122,8 @@ def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
     that fits (an NLI model on a text_pair file) is fine."""
     saved_head = meta.get("head")
     if saved_head and saved_head != task.head:  # e.g. QA's task.decode=char needs the span_char head
-        hint = (f"leave task= out to use the checkpoint's task={meta['task']}" if meta.get("task") not in (None, task.name)
+        other = meta.get("task") not in (None, task.name)
+        hint = (f"leave task= out to use the checkpoint's task={meta['task']}" if other
                 else "leave the task options out: the checkpoint's apply")
         raise ConfigError(f"task={task.name}: checkpoint {checkpoint} has a '{saved_head}' head, this task with "
                           f"these options needs '{task.head}' ({hint})")

@@ -205,9 +205,9 @@ class TokenTask(Task):
             if "\t" not in line and not labelled:
                 presence.check(n, False)
                 if sentences == []:  # the first plain sentence: say what a tag will belong to
-                    log(f"{path}: plain sentences: a tag per {'word (split on spaces)' if self.join else 'character'} "
-                        f"(task.join={self.join!r}, as in training); a file segmented otherwise in training "
-                        "(e.g. morphemes) needs the same units here, one per line")
+                    log(f"{path}: plain sentences: a tag per {'word, split on spaces' if self.join else 'character'} "
+                        f"(task.join={self.join!r}); if the training file's units were segmented otherwise (e.g. "
+                        "morphemes), give the same units here, one per line")
                 units = units_of(line, self.join)
                 sentences.append((n, units, None, [n] * len(units)))
                 continue

@@ -170,8 +170,10 @@ def test_a_header_without_rows_says_no_rows(tmp_path):
 
 
 @pytest.mark.parametrize("argv,line", [
-    (["task=text_cls", "data.text_colum=sentence"], "data.text_colum is not a config key (did you mean data.text_column?)"),
-    (["task=nli", "task.join=x"], "task.join is not a key of task nli (task ner, token_cls have it: choose one with task=)"),
+    (["task=text_cls", "data.text_colum=sentence"],
+     "data.text_colum is not a config key (did you mean data.text_column?)"),
+    (["task=nli", "task.join=x"],
+     "task.join is not a key of task nli (task ner, token_cls have it: choose one with task=)"),
     (["task=text_cls", "data.text_column=sentence", "+data.extra=1", "model.config_overrides.hidden_size=64"], None),
 ])
 def test_a_key_the_config_lacks_is_one_line_naming_the_closest(argv, line):
@@ -192,3 +194,24 @@ def test_predicted_entities_group_tags_as_the_simple_pipeline_does():
     chars = list("서울 시청")  # KLUE NER: characters, the space a unit too
     assert predicted_entities(chars, "", ["B-LOC", "I-LOC", "I-LOC", "B-ORG", "I-ORG"]) == [
         {"type": "LOC", "text": "서울", "start": 0, "end": 2}, {"type": "ORG", "text": "시청", "start": 3, "end": 5}]
+
+
+def test_the_checkpoints_presets_and_task_options_come_first_and_the_users_win(tmp_path):
+    """A character tagger trained frozen: its task, model, mode and options are put before the user's
+    overrides; a task option or preset the user names is theirs (a conflict is then build's one line)."""
+    from kotune.checkpoint import checkpoint_overrides
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "kotune.json").write_text(json.dumps({"head": "token_char", "frozen": True, "meta": {
+        "task": "token_cls", "model": "tiny", "task_options": {"decode": "char", "join": "", "scheme": "iobes",
+                                                                "label_subwords": None}}}), encoding="utf-8")
+    given = [f"checkpoint={tmp_path}", "action=predict"]
+    assert checkpoint_overrides(given) == ["task=token_cls", "model=tiny", "mode=frozen", "++task.decode='char'",
+                                           "++task.join=''", "++task.scheme='iobes'", *given]
+    cfg = compose(given)
+    assert (cfg.task.name, cfg.task.decode, cfg.task.join, cfg.model.name, cfg.mode.name) == \
+        ("token_cls", "char", "", "tiny", "frozen")
+    mine = [*given, "model=klue", "task.decode=subword"]
+    assert checkpoint_overrides(mine) == ["task=token_cls", "mode=frozen", "++task.join=''", "++task.scheme='iobes'",
+                                          *mine]
+    assert checkpoint_overrides([*given, "task=ner"]) == ["model=tiny", "mode=frozen", *given, "task=ner"]
