@@ -99,7 +99,7 @@ def run() -> None:
     """``python run.py ARGS``: check and rewrite argv, then Hydra's main."""
     check_choices(sys.argv[1:])
     os.environ.setdefault("KOTUNE_SWEEP_ID", sweep_id(sys.argv[1:]))
-    os.environ[SWEPT_ENV] = ",".join(swept_keys(sys.argv[1:]))  # the job directories' names (kotune.sweeps.py)
+    os.environ[SWEPT_ENV] = ",".join(swept_keys(sys.argv[1:]))  # the job directories' names (kotune/sweeps.py)
     argv = job_overrides(sys.argv[1:])
     problem = unknown_key(argv)
     if problem:
