@@ -6,7 +6,8 @@ or refuses in one line saying why:
   failed job) = the first run, with the plain recipe and with ``train=klue`` (best checkpoint);
 - a run resumed from an earlier checkpoint = the uninterrupted run (tests/test_resume.py kills one);
 - ``eval`` of the checkpoint = the training run's metrics;
-- ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl;
+- ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl, given
+  only ``checkpoint=`` (task, task options, columns and model come from the checkpoint);
 - ``score`` of the run's own predictions.jsonl = the training run's metrics;
 - ``export`` writes the native class, or refuses in one line; ``ceiling`` and ``embed`` run;
 - ``probe`` (frozen heads on two layer choices of one encoding) runs on the trained encoder;
@@ -195,12 +196,14 @@ def test_eval_of_the_checkpoint_gives_the_training_runs_metrics(trained):
 
 
 def test_predict_without_labels_gives_the_training_runs_predictions(trained):
+    """Neither task= nor model= given: the checkpoint's task, task options, columns and model apply."""
     task = trained["task"]
     unlabelled = unlabelled_dev(task, sample(task, "validation"), trained["root"])
     out = trained["root"] / "predict"
-    res = job([*trained["options"], *TINY, "action=predict", f"checkpoint={trained['root'] / 'plain'}",
-               f"data.predict_file={unlabelled}"], out, trained["cache"])
+    res = job(["action=predict", f"checkpoint={trained['root'] / 'plain'}", f"data.predict_file={unlabelled}"],
+              out, trained["cache"])
     ok(res)
+    assert (res["task"], res["model"], res["mode"]) == (task, "tiny", "finetune")
     assert predictions(out) == predictions(trained["root"] / "plain")
 
 
