@@ -7,15 +7,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from heads.class_weights import ClassWeighted
 from heads.layers import check_pooling, pool
+from heads.loss import WeightedCrossEntropy
 from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
 
 SEQUENCE_STYLES = ("bert", "roberta", "electra")
 
 
-class SequenceHead(ClassWeighted, nn.Module):
+class SequenceHead(WeightedCrossEntropy):
     """Pooled state → the architecture's classifier:
 
     - ``bert``: dense → tanh (BERT's pooler; KotuneModel copies the checkpoint's) → dropout → out;
@@ -27,7 +27,8 @@ class SequenceHead(ClassWeighted, nn.Module):
 
     The loss is HF's for the config's ``problem_type``: MSE (one label), cross-entropy (weighted by
     ``class_weights`` when given: ``train.class_weights``), or with ``multi_label`` a binary
-    cross-entropy per label on multi-hot float labels (``multi_label_classification``)."""
+    cross-entropy per label on multi-hot float labels (``multi_label_classification``: the mean over
+    rows × labels)."""
 
     label_fields = LABEL_FIELDS["sequence"]
 
@@ -58,12 +59,20 @@ class SequenceHead(ClassWeighted, nn.Module):
         x = F.gelu(x) if self.architecture == "electra" else torch.tanh(x)
         return self.out(self.dropout(x))
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def loss_sums(self, logits: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
         if self.multi_label:  # the collator may pad the label vectors (-100) to a multiple of 8: cut
-            return F.binary_cross_entropy_with_logits(logits.float(), labels[..., : self.num_labels].float())
+            return [F.binary_cross_entropy_with_logits(logits.float(), labels[..., : self.num_labels].float(),
+                                                       reduction="sum")]
+        if self.num_labels == 1:  # regression: the mean squared error over the rows
+            return [F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction="sum")]
+        return super().loss_sums(logits, labels)
+
+    def loss_counts(self, labels: torch.Tensor) -> torch.Tensor:
+        if self.multi_label:  # every row's every label
+            return torch.tensor([labels[..., : self.num_labels].numel()], device=labels.device)
         if self.num_labels == 1:
-            return F.mse_loss(logits.squeeze(-1).float(), labels.float())
-        return F.cross_entropy(logits.float(), labels.long(), weight=self.class_weights)
+            return torch.tensor([labels.numel()], device=labels.device)
+        return super().loss_counts(labels)
 
     def weighting(self) -> str | None:
         if self.multi_label:

@@ -13,22 +13,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from heads.class_weights import ClassWeighted
+from heads.loss import WeightedCrossEntropy
 from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
-from tasks.collate import IGNORE
 
 
-def tagging_loss(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-    """Cross-entropy over labelled slots only (-100: specials, padding, unlabelled subwords), each
-    tag's term scaled by ``weight`` when given (``train.class_weights``)."""
-    labels = labels.long()
-    if not (labels != IGNORE).any():  # a batch with nothing to learn gives 0, not NaN
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), weight=weight, ignore_index=IGNORE)
-
-
-class TokenHead(ClassWeighted, nn.Module):
+class TokenHead(WeightedCrossEntropy):
     """Each token state → dropout → linear → tag logits, shape (batch, tokens, labels): the
     ``classifier`` of ``*ForTokenClassification``."""
 
@@ -37,7 +27,7 @@ class TokenHead(ClassWeighted, nn.Module):
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, init_std: float = 0.02,
                  class_weights: list[float] | None = None):
         super().__init__()
-        self.init_class_weights(class_weights)
+        self.init_class_weights(class_weights)  # train.class_weights (heads/loss.py)
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_size, num_labels)
         init_new_layers(self, init_std)
@@ -45,11 +35,8 @@ class TokenHead(ClassWeighted, nn.Module):
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.out(self.dropout(hidden_states))
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return tagging_loss(logits, labels, self.class_weights)
 
-
-class CharTokenHead(ClassWeighted, nn.Module):
+class CharTokenHead(WeightedCrossEntropy):
     """A tag per character, as a correction of the covering token's tag: logits =
     linear(token state) + linear₀(GELU(dense(LN(token state + position embeddings)))), with linear₀
     zero-initialised, so training starts from the subword head's answer (every character of a
@@ -87,6 +74,3 @@ class CharTokenHead(ClassWeighted, nn.Module):
         x = states + self.from_start(char_pos_start.long().clamp(0, last)) \
             + self.from_end(char_pos_end.long().clamp(0, last))
         return self.out(states) + self.correction(self.dropout(F.gelu(self.dense(self.norm(x)))))
-
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return tagging_loss(logits, labels, self.class_weights)

@@ -18,8 +18,8 @@ REPORT_KEYS = ("n_train", "n_eval", "n_predict", "n_tune", "trainable_params", "
                "mix_params",
                "max_length", "layers", "indices", "scalar_mix", "pooling", "cache", "encode_s",
                "head_train_s", "train_samples_per_second", "train_loss", "eval_samples_per_second",
-               "checkpoint", "resumed_from", "best_step", "metrics_last", "class_weights", "decision",
-               "predictions_file", "metrics", "data")
+               "checkpoint", "resumed_from", "best_step", "metrics_last", "early_stopping", "class_weights",
+               "decision", "predictions_file", "metrics", "data")
 
 
 def predict(trainer, b: Built, split: str) -> tuple[list, dict]:

@@ -11,8 +11,9 @@ Accepted files (the format is told by the content, the columns by ``score.*``):
 - KLUE RE: a row's ``probabilities`` ({relation: probability}, as kotune's predictions.jsonl
   writes them) give AUPRC; without them only micro F1 is scored, with a one-line note.
 - a prediction spread over several columns (DP: ``heads`` and ``deprels``, as kotune's DP
-  ``predictions.jsonl`` writes them) is read as a dict of those columns when the file has no
-  single prediction column.
+  ``predictions.jsonl`` writes them, and where present ``truncated_words``: the sentence's last
+  words the model never saw, which ``task=dp_klue`` leaves out of the scores) is read as a dict of
+  those columns when the file has no single prediction column.
 
 Every gold id needs exactly one prediction: missing or extra ids, and labels outside the task's
 label set, are one-line errors that name counts and the first few ids or labels.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tasks.base import LabelWithProbabilities
 from tasks.errors import DataError
 from tasks.io import file_format, read_json, read_records
 from tasks.log import warn
@@ -30,17 +32,8 @@ from tasks.re import RelationTask
 PREDICTION_COLUMNS = ("prediction", "label", "answer", "prediction_text")
 PROBABILITIES = "probabilities"  # per class, beside a predicted label (kotune's RE predictions.jsonl)
 RECORD_COLUMNS = (("heads", "deprels"),)  # predictions made of several columns (DP)
+OPTIONAL_COLUMNS = ("truncated_words",)  # read with a record where the file has them (DP)
 SHOWN = 5
-
-
-class LabelWithProbabilities(str):
-    """A predicted label that also carries the file's class probabilities: a plain string for
-    every task, and AUPRC's input for RE."""
-
-    def __new__(cls, label: str, probabilities: Any):
-        obj = super().__new__(cls, label)
-        obj.probabilities = probabilities
-        return obj
 
 
 class LabelsWithProbabilities(list):
@@ -84,7 +77,7 @@ def read_predictions(path: str, id_column: str = "id", prediction_column: str | 
         if key in out:
             raise DataError(path, where, f"id {key!r} is predicted twice")
         if record:
-            out[key] = {c: row.get(c) for c in record}
+            out[key] = {c: row.get(c) for c in record + OPTIONAL_COLUMNS if c in record or c in row}
         else:
             value, probabilities = row.get(column), row.get(PROBABILITIES)
             if probabilities is not None and isinstance(value, (str, list)):
@@ -134,7 +127,7 @@ def to_outputs(task, values: list[Any], examples: list[dict], path: str) -> list
     kind = task.head
     if kind in ("span", "span_char"):  # QA: an answer string
         return [{"answer": "" if v is None else str(v)} for v in values]
-    if kind in ("token", "token_char"):  # a tag per unit
+    if kind.startswith("token"):  # a tag per unit (token, token_char, with or without a CRF)
         outputs = [_tags(v) for v in values]
         for out, ex in zip(outputs, examples):
             if len(out) != len(ex["units"]):
@@ -209,4 +202,7 @@ def _dependency(value: Any, ex: dict, path: str) -> dict:
         raise DataError(path, None, f"id {ex['id']!r}: {len(heads)} heads and {len(deprels)} deprels for {n} words")
     if not all(h.isdigit() and int(h) <= n for h in heads):
         raise DataError(path, None, f"id {ex['id']!r}: heads {heads} are not word numbers 0..{n}")
-    return {"heads": [int(h) for h in heads], "deprels": deprels}
+    truncated = value.get("truncated_words") or 0
+    if not (isinstance(truncated, int) and 0 <= truncated <= n):
+        raise DataError(path, None, f"id {ex['id']!r}: truncated_words {truncated!r} is not a word count 0..{n}")
+    return {"heads": [int(h) for h in heads], "deprels": deprels, "truncated_words": truncated}

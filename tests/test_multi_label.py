@@ -220,4 +220,4 @@ def test_export_serves_the_pipeline_with_kotunes_probabilities_and_label_sets(ru
         assert scores == pytest.approx(record["probabilities"], abs=1e-5)
         sets.append(sorted(name for name, p in scores.items() if p >= thresholds[name]))
         assert sets[-1] == sorted(record["prediction"])
-    assert any(sets) and not all(sets)  # not a trivial agreement on all-empty (or all-full) sets
+    assert len({tuple(s) for s in sets}) >= 3  # not a trivial agreement on one set (empty, say) for all
