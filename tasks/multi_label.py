@@ -228,10 +228,11 @@ class MultiLabelTask(ClassificationTask):
         return multi_label_scores([o["labels"] for o in outputs], [ex["label"] for ex in examples], self.labels)
 
     def prediction_records(self, outputs: list[dict], examples: list[dict]) -> list[dict]:
-        """The predicted label set and every label's probability (full precision: ``action=score``
-        can decide again from them at another ``task.threshold``)."""
-        return [{"id": ex["id"], "prediction": out["labels"], "probabilities": dict(zip(self.labels, out["probs"])),
-                 **({"gold": ex["label"]} if "label" in ex else {})}
+        """The text, the predicted label set and every label's probability (full precision, unlike the
+        single-label tasks' 4 digits: ``action=score`` decides again from them at another
+        ``task.threshold``, exactly as the model would)."""
+        return [{"id": ex["id"], "text": ex["text"], "prediction": out["labels"],
+                 "probabilities": dict(zip(self.labels, out["probs"])), **({"gold": ex["label"]} if "label" in ex else {})}
                 for out, ex in zip(outputs, examples)]
 
     def outputs_from(self, values: list, probabilities: list, examples: list[dict], path: str) -> list[dict]:

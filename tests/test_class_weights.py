@@ -108,6 +108,7 @@ def test_given_weights_change_training_and_reach_token_heads(run_job):
     ("sts", ["train.class_weights=balanced"], "it is a regression"),
     ("multi_label", ["train.class_weights=balanced"], "a sigmoid per label"),
     ("re", ["train.class_weights=balanced"], "the relation head's loss has no class weights"),
+    ("ner", ["task.crf=true", "train.class_weights=balanced"], "the CRF's likelihood of whole tag sequences"),
 ])
 def test_weights_that_do_not_fit_are_refused_in_one_line(task, extra, error, run_job):
     res = run_job([f"task={task}", *TINY, *extra])
