@@ -182,8 +182,8 @@ def test_probe_gives_a_row_per_choice_from_one_encoding(tmp_path, count_encoding
     assert list(rows) == ["0", "1", "2", "3", "4", "last4_mean", "last4_concat", "scalar_mix"]
     assert rows["last4_concat"]["indices"] == [1, 2, 3, 4] and rows["3"]["layers"] == [3]
     for row in rows.values():
-        assert len(row["scores"]) == 2 and row["sd"] is not None
-        assert row["mean"] == pytest.approx(sum(row["scores"]) / 2)
+        assert len(row["scores"]) == 2 and row["mean"] == pytest.approx(sum(row["scores"]) / 2)
+        assert row["sd"] == pytest.approx(abs(row["scores"][0] - row["scores"][1]) / 2 ** 0.5)  # sample sd of two
     assert len(rows["scalar_mix"]["scalar_mix"]["weights"]) == 5
     assert probe["seeds"] == [1, 2] and probe["encode_s"] > 0 and probe["heads_s"] > 0
     assert res["cache"]["states_per_token"] == 5
