@@ -86,3 +86,12 @@ def assert_best_evaluation_kept(run_dir: Path, res: dict) -> None:
     assert set(res["metrics_last"]) == set(res["metrics"])
     last = {k: evals[-1][f"eval_{k}"] for k in res["metrics_last"]}
     assert res["metrics_last"] == pytest.approx(last, abs=1e-9, nan_ok=True), (res["metrics_last"], evals[-1])
+
+
+def encoder_inputs(overrides: list[str], split: str) -> dict[str, list]:
+    """What the encoder reads from ``split`` (its input ids, type ids and masks, row by row) in the
+    run that ``overrides`` describe: two files give a model the same inputs, or not."""
+    from kotune.build import build
+
+    features = build(compose(overrides), (split,)).features[split]
+    return {c: features[c] for c in ("input_ids", "token_type_ids", "attention_mask") if c in features.column_names}

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_best_evaluation_kept, compose
+from conftest import assert_best_evaluation_kept, compose, encoder_inputs
 
 SMALL = ["data=sample", "train.batch_size=16", "train.logging_steps=1"]
 TINY = ["model=tiny", *SMALL]
@@ -199,10 +199,13 @@ def test_predict_without_labels_gives_the_training_runs_predictions(trained):
     task = trained["task"]
     unlabelled = unlabelled_dev(task, sample(task, "validation"), trained["root"])
     out = trained["root"] / "predict"
-    res = job([f"task={task}", *TINY, "action=predict", f"checkpoint={trained['root'] / 'plain'}",
-               f"data.predict_file={unlabelled}"], out, trained["cache"])
-    ok(res)
+    setting = [f"task={task}", *TINY, f"checkpoint={trained['root'] / 'plain'}"]
+    ok(job([*setting, "action=predict", f"data.predict_file={unlabelled}"], out, trained["cache"]))
     assert predictions(out) == predictions(trained["root"] / "plain")
+    # a tiny run often predicts one label for every row: the model also read the same inputs from both files
+    setting.append(f"cache_dir={trained['cache']}")
+    assert encoder_inputs([*setting, f"data.predict_file={unlabelled}"], "predict") == \
+        encoder_inputs(setting, "validation")
 
 
 def test_score_of_the_runs_own_predictions_gives_its_metrics(trained):
