@@ -22,6 +22,7 @@ from torch import nn
 
 from heads import HEADS
 from heads.layers import LayerMixer, check_pooling, parse_layers
+from heads.loss import mean_of_terms
 from heads.native import default_dropout, head_style, takes_pooler
 from tasks.errors import ConfigError, KotuneError
 
@@ -33,11 +34,11 @@ class KotuneModel(nn.Module):
     """``layers`` (``mode.layers``) picks the hidden states the head reads (heads/layers.py);
     ``pooling`` (``mode.pooling``) is passed to heads that pool (their ``pooling`` argument)."""
 
-    # Heads return a *mean* loss. Without this, Trainer sees forward(**inputs), assumes the loss is
-    # a sum over num_items_in_batch and skips dividing by grad_accum and multiplies by the number
-    # of DDP processes: gradients would scale with both (with AdamW: clipping bites earlier, SGD's
-    # step grows), and a 2-process run would no longer match one process at the same global batch.
-    accepts_loss_kwargs = False
+    # forward(num_items_in_batch=...) divides the head's loss sums by the item counts of the whole
+    # optimizer step (all micro-batches, all processes: KotuneTrainer counts them with loss_counts),
+    # so Trainer neither divides by grad_accum nor lets a micro-batch's mean weigh as much as
+    # another's whatever its number of items (heads/loss.py).
+    accepts_loss_kwargs = True
 
     def __init__(self, encoder: nn.Module, head_kind: str, head_kwargs: dict, *, frozen: bool = False,
                  meta: dict | None = None, layers: Any = "last", pooling: str | None = None,
@@ -57,6 +58,7 @@ class KotuneModel(nn.Module):
         self.head = self._native_head(encoder, head_kind)
         self.frozen = frozen
         self.meta = dict(meta or {})
+        self.windows = None  # task.long_text=windows: tasks.windows.WindowOptions (set by kotune.build)
         self.config = encoder.config  # Trainer and accelerate look for .config
         if frozen:
             self.encoder.requires_grad_(False)
@@ -107,20 +109,51 @@ class KotuneModel(nn.Module):
         """The hidden states the head reads: [B, T, H]."""
         return self.mixer(self.layer_states(input_ids, attention_mask, token_type_ids))
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, layer_states=None, **inputs):
-        """``layer_states`` (from the frozen feature cache) replaces running the encoder."""
-        inputs.pop("num_items_in_batch", None)  # Trainer sends it to forwards that take **kwargs
+    def loss_counts(self, batch: dict) -> torch.Tensor | None:
+        """Per term of the head's loss, the labelled items of ``batch`` (None: it has no labels)."""
+        if not all(k in batch for k in self.head.label_fields):
+            return None
+        return self.head.loss_counts(**{k: batch[k] for k in self.head.label_fields})
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, layer_states=None,
+                num_items_in_batch=None, **inputs):
+        """``layer_states`` (from the frozen feature cache) replaces running the encoder.
+        ``num_items_in_batch`` (Trainer's): the ``loss_counts`` of the whole optimizer step the
+        loss is a share of (None: this batch's own, the loss is its mean)."""
         labels = {k: inputs.pop(k) for k in self.head.label_fields if k in inputs}
+        window_doc = inputs.pop("window_doc", None)
+        if window_doc is not None:  # a batch of documents, each a run of windows (heads/windows.py)
+            logits = self.document_logits(input_ids, attention_mask, token_type_ids, window_doc, inputs)
+        else:
+            logits = self.tokens_logits(input_ids, attention_mask, token_type_ids, layer_states, inputs)
+        out = {"logits": logits}
+        if labels and all(v is not None for v in labels.values()):
+            counts = self.head.loss_counts(**labels) if num_items_in_batch is None else num_items_in_batch
+            out["loss"] = mean_of_terms(self.head.loss_sums(logits, **labels), counts)
+        return out
+
+    def tokens_logits(self, input_ids, attention_mask, token_type_ids, layer_states, inputs: dict):
         if layer_states is None:
             layer_states = self.layer_states(input_ids, attention_mask, token_type_ids)
         else:  # stored in fp16: compute in the head's precision
             layer_states = layer_states.to(next(self.head.parameters()).dtype)
-        hidden = self.mixer(layer_states)
-        logits = self.head(hidden, attention_mask, **inputs)
-        out = {"logits": logits}
-        if labels and all(v is not None for v in labels.values()):
-            out["loss"] = self.head.loss(logits, **labels)
-        return out
+        return self.head(self.mixer(layer_states), attention_mask, **inputs)
+
+    def document_logits(self, input_ids, attention_mask, token_type_ids, window_doc, inputs: dict):
+        """Each document's logits, pooled over its windows; the encoder reads at most
+        ``windows.max_per_batch`` windows at a time."""
+        from heads.windows import in_chunks, pool_windows
+
+        if self.windows is None:
+            raise ConfigError("a batch of windowed documents for a model without task.long_text=windows")
+
+        def window_logits(ids, mask, types):
+            return self.head(self.encode(ids, mask, types), mask, **inputs)
+
+        recompute = self.training and torch.is_grad_enabled() and not self.frozen
+        logits = in_chunks(window_logits, [input_ids, attention_mask, token_type_ids], self.windows.max_per_batch,
+                           recompute)
+        return pool_windows(logits, window_doc, self.windows.pool)
 
     def param_counts(self) -> dict[str, int]:
         return {"trainable_params": sum(p.numel() for p in self.parameters() if p.requires_grad),

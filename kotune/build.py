@@ -182,6 +182,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Bui
                 "task_options": {k: task.cfg.get(k) for k in task.saved_options}}
         model = KotuneModel(loaded.encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
                             layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"))
+    model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/windows.py)
     settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
     features = {}
     for split, data in splits.items():
@@ -201,6 +202,9 @@ def use_frozen_cache(cfg: DictConfig, b: Built) -> None:
 
     if not cfg.get("cache_dir"):
         raise ConfigError("mode.cache=true needs cache_dir=DIR (where frozen features are stored)")
+    if b.task.windows is not None:
+        raise ConfigError("task.long_text=windows: a document is several windows, and the frozen feature cache "
+                          "(mode.cache, which action=probe reads) stores one sequence per row; set mode.cache=false")
     settings = CacheSettings(str(cfg.cache_dir), str(cfg.mode.get("cache_dtype", "float16")),
                              float(cfg.mode.get("cache_max_gb", 20)), int(cfg.train.eval_batch_size))
     identity = {"model": b.model.meta.get("model"), "tokenizer": tokenizer_fingerprint(b.tokenizer),

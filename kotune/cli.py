@@ -85,8 +85,13 @@ def sweep_id(argv: list[str]) -> str:
 
 def open_dict_overrides(argv: list[str]) -> list[str]:
     """``model.config_overrides.X=V`` works without Hydra's ``+``/``++``: these dicts are open by
-    design (any field of the architecture's config), so the override is made add-or-replace."""
-    return [f"++{a}" if a.startswith(OPEN_DICTS) else a for a in argv]
+    design (any field of the architecture's config), so the override is made add-or-replace. So is
+    a task option only some tasks have (``task.crf``, tasks.GUARDED_OPTIONS): a task without it then
+    refuses it in one line saying which tasks take it."""
+    from tasks import GUARDED_OPTIONS
+
+    guarded = tuple(f"task.{option}=" for option in GUARDED_OPTIONS)
+    return [f"++{a}" if a.startswith(OPEN_DICTS + guarded) else a for a in argv]
 
 
 def quote_non_ascii(argv: list[str]) -> list[str]:

@@ -8,10 +8,12 @@ import os
 import sys
 
 import safetensors.torch
+import torch
 from omegaconf import DictConfig
 from torch.utils.data import SequentialSampler
 from transformers import PreTrainedModel, Trainer, TrainingArguments
 
+from kotune import early_stopping
 from kotune.build import Built, make_collator
 from kotune.resume import COMPLETE, resume_identity
 from kotune.runtime import cpu_only, dataloader_workers, world_size
@@ -86,6 +88,7 @@ def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do
         save_steps=save_steps,
         save_total_limit=t.get("save_total_limit"),
         **best,
+        **early_stopping.training_arguments(cfg),  # train.early_stopping_patience: its counter resumes
         logging_steps=int(t.logging_steps),
         report_to=[n for n in loggers(cfg) if n != "tensorboard"] or "none",  # tensorboard: KotuneTrainer
         remove_unused_columns=False,  # features carry only model inputs; ids stay outside
@@ -116,6 +119,10 @@ class KotuneTrainer(Trainer):
       sampler (random megabatches) for evaluation and prediction when
       ``train_sampling_strategy="group_by_length"``, which permutes predictions.
     - The scalar mix gets its own learning rate (``mix_learning_rate``: ``train.mix_learning_rate``).
+    - A step's loss is the mean over its effective batch's labelled items whatever the split into
+      micro-batches (``train.grad_accum``) and processes: ``num_items_in_batch`` holds, per loss
+      term, the items of all of the step's micro-batches (``loss_counts``), and the loss divides
+      the heads' sums by it (heads/loss.py), where Trainer's own count covers only ``labels``.
     - Checkpoints hold only what trains (a frozen encoder is not saved again), end with a
       completion marker carrying the running loss sum (exact ``train_loss`` after a resume) and
       ``resume_config`` (what a resume must match), and load with the encoder's keys allowed missing."""
@@ -129,6 +136,31 @@ class KotuneTrainer(Trainer):
             from transformers.integrations import TensorBoardCallback
 
             self.add_callback(TensorBoardCallback(_summary_writer(tensorboard_dir)))
+
+    # DataParallel (several GPUs, one process): each replica's forward computes its share of the loss
+    replicas_compute_loss = True
+
+    def loss_counts(self, batch: dict) -> torch.Tensor | None:
+        """Per loss term, the labelled items of one micro-batch (``KotuneModel.loss_counts``); None
+        for a model that does not count them (Trainer's own rule then applies)."""
+        counts = getattr(self.model, "loss_counts", None)
+        return counts(batch) if callable(counts) else None
+
+    def _get_num_items_in_batch(self, batch_samples: list, device) -> torch.Tensor | None:
+        """``num_items_in_batch``: ``loss_counts`` summed over the micro-batches of one optimizer
+        step and, as Trainer's ``average_tokens_across_devices`` does with its single count, over the
+        processes (the loss is then multiplied by their number: DDP averages the gradients)."""
+        counts = [self.loss_counts(batch) for batch in batch_samples]
+        if not counts or any(c is None for c in counts):
+            return super()._get_num_items_in_batch(batch_samples, device)
+        total = torch.stack(counts).sum(0).to(device)
+        average = self.args.average_tokens_across_devices
+        if average and self.args.world_size > 1:
+            total = self.accelerator.gather(total.unsqueeze(0)).sum(0)
+        replicas = self.args.n_gpu if self.replicas_compute_loss else 1
+        if replicas > 1:  # scattered along dim 0 with the inputs: a row per replica (Trainer's rule)
+            total = total.unsqueeze(0).expand(replicas, -1) / (1 if average else replicas)
+        return total
 
     def _get_eval_sampler(self, eval_dataset):
         if eval_dataset is None or self.args.world_size > 1:
@@ -159,8 +191,10 @@ class KotuneTrainer(Trainer):
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
             loss_sum = self._total_loss_scalar + float(self._tr_loss.item())
+            # stopped: training ends at this checkpoint (its last step, or early stopping): a rerun is finished
             write_json_atomic(os.path.join(folder, COMPLETE),
-                              {"step": self.state.global_step, "loss_sum": loss_sum, "config": self.resume_config})
+                              {"step": self.state.global_step, "loss_sum": loss_sum, "config": self.resume_config,
+                               "stopped": bool(self.control.should_training_stop)})
 
     def _load_state(self, directory: str) -> None:
         state = safetensors.torch.load_file(os.path.join(directory, "model.safetensors"))
@@ -218,6 +252,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
         mix_learning_rate=cfg.train.get("mix_learning_rate"),
         resume_config=resume_identity(cfg),
         tensorboard_dir=tensorboard_dir(cfg, run_dir) if train is not None else None,
+        callbacks=early_stopping.callbacks(cfg) if train is not None else None,
     )
 
 
@@ -225,15 +260,28 @@ class PretrainingTrainer(KotuneTrainer):
     """``action=pretrain``'s trainer: the loss is ``heads.mlm.masked_lm_loss`` (the MLM head at the
     masked positions only; plus next-sentence prediction where the batch has it), and the training
     rows come in ``tasks.pretrain.EpochSampler``'s order, keyed for ``KeyedRows`` and ``KeyedMasking``
-    (exact resume). A wrapped model (DistributedDataParallel, ``train.compile``) keeps its own
-    forward: calling its inner modules would bypass the wrapper."""
+    (exact resume). The loss divides by the masked tokens (and sentence pairs) of the whole
+    optimizer step (``pretraining_counts``). A wrapped model (DistributedDataParallel,
+    ``train.compile``, DataParallel) keeps its own forward: calling its inner modules would bypass
+    the wrapper; the loss is then computed on its gathered outputs."""
+
+    loss_is_scaled_for_ga = True  # compute_loss divides by the whole step's counts
+    replicas_compute_loss = False
+
+    def loss_counts(self, batch: dict) -> torch.Tensor:
+        from heads.mlm import pretraining_counts
+
+        return pretraining_counts(batch)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         from heads.mlm import masked_lm_loss
 
-        if return_outputs or model is not self.model:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        return masked_lm_loss(model, inputs)
+        if return_outputs:  # Trainer's evaluation: the model's own loss (action=pretrain scores itself)
+            return super().compute_loss(model, inputs, return_outputs)
+        loss = masked_lm_loss(model, inputs, num_items_in_batch, full_forward=model is not self.model)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * self.accelerator.num_processes  # the counts span the processes; DDP averages
+        return loss
 
     def _get_train_sampler(self, train_dataset=None):
         from tasks.pretrain import EpochSampler

@@ -26,7 +26,7 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # come from the head.
 LABEL_FIELDS: dict[str, tuple[str, ...]] = {
     "sequence": ("labels",), "pair": ("labels",),
-    "token": ("labels",), "token_char": ("labels",),
+    "token": ("labels",), "token_char": ("labels",), "token_crf": ("labels",), "token_char_crf": ("labels",),
     "span": ("start_positions", "end_positions"), "span_char": ("start_positions", "end_positions"),
     "relation": ("labels",), "dependency": ("heads", "deprels"),
 }
@@ -77,6 +77,9 @@ class Task:
     # tokens the task's encoding needs as new vocabulary entries (KLUE RE's <subj> markers): the
     # loader adds them to the tokenizer and resizes the encoder's embeddings (heads/encoder.py)
     special_tokens: tuple[str, ...] = ()
+    # task options only some tasks read (tasks.GUARDED_OPTIONS): another task refuses them
+    own_options: tuple[str, ...] = ()
+    windows: Any = None  # task.long_text=windows: tasks.windows.WindowOptions
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
@@ -172,6 +175,11 @@ class Task:
         """What a user of the exported model (action=export) must know about its input beyond the
         tokenizer, given the saved ``task_options``; None when plain text is its input."""
         return None
+
+    @classmethod
+    def export_fields(cls, options: dict) -> dict:
+        """Fields the exported config carries for that (``kotune_windows``: how to window a document)."""
+        return {}
 
     def encode_key(self) -> dict:
         """The task options that change encoding (part of the feature cache key)."""

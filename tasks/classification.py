@@ -17,17 +17,21 @@ from tasks.metric_sets import classification_scores, sts_scores
 from tasks.base import EncodeSettings, Task
 from tasks.errors import DataError
 from tasks.io import field, read_records, require_columns
+from tasks.windows import encode_windows, window_options
 
 
 class ClassificationTask(Task):
     """[CLS] classification (``num_labels`` > 1) or regression (``task.regression: true``)."""
 
-    saved_options = {"regression": "error"}  # a regression head is not a classifier
+    # a regression head is not a classifier; a model trained on windowed documents reads them so
+    saved_options = {"regression": "error", "long_text": "saved", "window_stride": "saved", "window_pool": "saved"}
+    own_options = ("long_text", "window_stride", "window_pool", "max_windows_per_batch")
 
     def __init__(self, cfg):
         super().__init__(cfg)
         self.regression = bool(cfg.get("regression", False))
         self.head = "pair" if cfg.columns.get("text_pair") else "sequence"
+        self.windows = window_options(cfg)  # task.long_text=windows (tasks/windows.py), else None
 
     # ---- reading -------------------------------------------------------------------------
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
@@ -126,6 +130,11 @@ class ClassificationTask(Task):
             label_id = {name: i for i, name in enumerate(self.labels or [])}
             columns["labels"] = [float(ex["label"]) if self.regression else label_id[ex["label"]]
                                  for ex in examples]
+        if self.windows is not None:  # a row per document, its input a list of windows
+            labels = {"labels": columns["labels"]} if "labels" in columns else {}
+            return datasets.Dataset.from_dict({**encode_windows(tokenizer, examples, self.head == "pair",
+                                                                settings.max_length, self.windows,
+                                                                settings.token_type_ids), **labels})
         raw = datasets.Dataset.from_dict(columns)
 
         def tokenize(batch):
@@ -137,6 +146,23 @@ class ClassificationTask(Task):
         return raw.map(tokenize, batched=True, remove_columns=[c for c in ("text", "text_pair")
                                                                 if c in columns],
                        desc=f"tokenizing {self.name}")
+
+    def encode_key(self) -> dict:
+        return {k: v for k, v in super().encode_key().items() if k != "max_windows_per_batch"}  # memory only
+
+    @classmethod
+    def export_note(cls, options: dict) -> str | None:
+        if options.get("long_text") != "windows":
+            return None
+        return (f"trained on documents cut into windows of max_length tokens sharing {options.get('window_stride')}, "
+                f"a document's logits the {options.get('window_pool')} of its windows': a pipeline truncates a longer "
+                "text instead; docs/long-documents.md has the recipe (config.kotune_windows)")
+
+    @classmethod
+    def export_fields(cls, options: dict) -> dict:
+        if options.get("long_text") != "windows":
+            return {}
+        return {"kotune_windows": {"stride": options.get("window_stride"), "pool": options.get("window_pool")}}
 
     # ---- decoding and scoring ------------------------------------------------------------
     def decode(self, predictions, features, examples: list[dict]) -> list[Any]:

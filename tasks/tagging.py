@@ -249,15 +249,20 @@ def char_slots(text: str, al: Alignment) -> list[tuple[int, int, int, int]]:
     return slots
 
 
+def is_label_slot(c: int, lay: Layout, label_all: bool) -> bool:
+    """Whether a token (or character) starting at character ``c`` carries a training tag: where
+    its unit starts, or anywhere inside one with ``label_subwords=all`` (the same with tags or without)."""
+    u = lay.char_unit[c]
+    return u >= 0 and (label_all or c == lay.unit_first[u])
+
+
 def char_label(c: int, lay: Layout, tags: list[str], label_all: bool) -> str | None:
     """Training tag of character ``c``: its unit's tag where the unit starts, else (inside a
     multi-character unit) its continuation with ``label_subwords=all``, else nothing."""
-    u = lay.char_unit[c]
-    if u < 0:
+    if not is_label_slot(c, lay, label_all):
         return None
-    if c == lay.unit_first[u]:
-        return tags[u]
-    return continuation(tags[u]) if label_all else None
+    u = lay.char_unit[c]
+    return tags[u] if c == lay.unit_first[u] else continuation(tags[u])
 
 
 def fill_uncovered(char_tags: list[str | None], text: str, char_limit: int) -> list[str]:

@@ -18,6 +18,11 @@ or refuses in one line saying why:
   states, and its predictions score what its table says;
 - ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind) starts
   from exactly the pretrained encoder.
+
+Options that change a task's model go through the same cells as variants of their task
+(``VARIANTS``): documents as windows (``task.long_text=windows``, a pair's second text), a CRF
+(``task.crf``, on subwords and on characters); their ``train=klue`` runs stop early
+(``train.early_stopping_patience``), so the rerun cell checks that a stopped run's rerun equals it.
 """
 from __future__ import annotations
 
@@ -36,12 +41,23 @@ SMALL = ["data=sample", "train.batch_size=16", "train.logging_steps=1"]
 TINY = ["model=tiny", *SMALL]
 PLAIN = TINY + ["train.max_steps=6", "train.save_strategy=steps", "train.save_steps=2", "train.save_total_limit=null"]
 KLUE = TINY + ["train=klue", "train.epochs=1"]  # select_best: evaluations 4 times per epoch, the best kept
-COMPARED = ("metrics", "train_loss", "best_step", "metrics_last")
-# the README's list: heads with no native transformers class (RE's default entity-start pooling, DP's parser)
-EXPORT_REFUSED = {"dp": "dependency", "dp_klue": "dependency", "re": "relation"}
+COMPARED = ("metrics", "train_loss", "best_step", "metrics_last", "early_stopping")
+# variant → (its task, the options it trains and is used with); its klue run also stops early
+VARIANTS = {
+    "text_pair+windows": ("text_pair", ["task.long_text=windows", "train.max_length=18", "task.window_stride=1",
+                                        "task.max_windows_per_batch=8"]),
+    "ner+crf": ("ner", ["task.crf=true"]),
+    "token_cls+crf+char": ("token_cls", ["task.crf=true", "task.decode=char"]),
+}
+EARLY_STOPPING = ["train.early_stopping_patience=1"]
+# the README's list: heads with no native transformers class (RE's default entity-start pooling, DP's
+# parser, a CRF), by task or variant
+EXPORT_REFUSED = {"dp": "dependency", "dp_klue": "dependency", "re": "relation", "ner+crf": "token_crf",
+                  "token_cls+crf+char": "token_char_crf"}
 # tasks whose encoding can lose gold labels (token alignment, windows); sentence tasks have none to lose
-CEILINGS = {"ner", "token_cls", "mrc", "korquad", "qa", "dp", "dp_klue"}
-LOSSLESS = {"token_cls", "dp", "dp_klue"}  # their sample words all start a token: every gold label survives
+CEILINGS = {"ner", "token_cls", "mrc", "korquad", "qa", "dp", "dp_klue", "ner+crf", "token_cls+crf+char"}
+# their sample words all start a token, or the decode is per character: every gold label survives
+LOSSLESS = {"token_cls", "dp", "dp_klue", "token_cls+crf+char"}
 
 
 def registered_tasks() -> list[str]:
@@ -157,14 +173,20 @@ def sample(task_name: str, split: str) -> Path:
 
 
 # ---- one training per task, shared by every cell ---------------------------------------------
-@pytest.fixture(scope="module", params=registered_tasks())
+@pytest.fixture(scope="module", params=registered_tasks() + list(VARIANTS))
 def trained(request, tmp_path_factory, cache_dir):
-    task = request.param
-    root = tmp_path_factory.mktemp(f"matrix-{task}")
-    plain = ok(job([f"task={task}", *PLAIN], root / "plain", cache_dir))
-    klue = ok(job([f"task={task}", *KLUE], root / "klue", cache_dir))
+    task, options = VARIANTS.get(request.param, (request.param, []))
+    root = tmp_path_factory.mktemp(f"matrix-{request.param}")
+    recipes = {"plain": [f"task={task}", *options, *PLAIN],
+               "klue": [f"task={task}", *options, *KLUE, *(EARLY_STOPPING if options else [])]}
+    plain = ok(job(recipes["plain"], root / "plain", cache_dir))
+    klue = ok(job(recipes["klue"], root / "klue", cache_dir))
     assert_best_evaluation_kept(root / "klue", klue)
-    return {"task": task, "root": root, "plain": plain, "klue": klue, "cache": cache_dir}
+    assert (klue["early_stopping"] is not None) == bool(options)
+    assert not options or klue["early_stopping"]["stopped_early"]  # so the rerun cell reruns a stopped run
+    # every other cell runs the task with the variant's options
+    return {"name": request.param, "task": task, "options": [f"task={task}", *options], "root": root,
+            "plain": plain, "klue": klue, "recipes": recipes, "cache": cache_dir}
 
 
 def newest_checkpoint(run_dir: Path) -> int:
@@ -173,9 +195,9 @@ def newest_checkpoint(run_dir: Path) -> int:
 
 
 def test_rerun_of_a_finished_run_gives_the_first_result(trained):
-    for recipe, overrides in (("plain", PLAIN), ("klue", KLUE)):
+    for recipe, overrides in trained["recipes"].items():
         run_dir = copy_run(trained["root"] / recipe, trained["root"] / f"rerun-{recipe}")
-        again = ok(job([f"task={trained['task']}", *overrides], run_dir, trained["cache"]))
+        again = ok(job(overrides, run_dir, trained["cache"]))
         assert again["resumed_from"] == newest_checkpoint(run_dir)  # it did find the finished training
         same(again, trained[recipe])
         assert predictions(run_dir) == predictions(trained["root"] / recipe)
@@ -183,14 +205,14 @@ def test_rerun_of_a_finished_run_gives_the_first_result(trained):
 
 def test_a_resumed_run_ends_where_the_uninterrupted_one_ends(trained):
     run_dir = copy_run(trained["root"] / "plain", trained["root"] / "resumed", keep_checkpoints=2)
-    again = ok(job([f"task={trained['task']}", *PLAIN], run_dir, trained["cache"]))
+    again = ok(job(trained["recipes"]["plain"], run_dir, trained["cache"]))
     assert again["resumed_from"] == 2
     same(again, trained["plain"])
 
 
 def test_eval_of_the_checkpoint_gives_the_training_runs_metrics(trained):
     run = trained["root"] / "plain"
-    res = ok(job([f"task={trained['task']}", *TINY, "action=eval", f"checkpoint={run}"],
+    res = ok(job([*trained["options"], *TINY, "action=eval", f"checkpoint={run}"],
                  trained["root"] / "eval", trained["cache"]))
     same(res, trained["plain"], keys=("metrics",))
 
@@ -199,7 +221,7 @@ def test_predict_without_labels_gives_the_training_runs_predictions(trained):
     task = trained["task"]
     unlabelled = unlabelled_dev(task, sample(task, "validation"), trained["root"])
     out = trained["root"] / "predict"
-    setting = [f"task={task}", *TINY, f"checkpoint={trained['root'] / 'plain'}"]
+    setting = [*trained["options"], *TINY, f"checkpoint={trained['root'] / 'plain'}"]
     ok(job([*setting, "action=predict", f"data.predict_file={unlabelled}"], out, trained["cache"]))
     assert predictions(out) == predictions(trained["root"] / "plain")
     # a tiny run often predicts one label for every row: the model also read the same inputs from both files
@@ -210,27 +232,29 @@ def test_predict_without_labels_gives_the_training_runs_predictions(trained):
 
 def test_score_of_the_runs_own_predictions_gives_its_metrics(trained):
     task = trained["task"]
-    res = ok(job([f"task={task}", *TINY, "action=score", f"data.validation_file={sample(task, 'validation')}",
+    res = ok(job([*trained["options"], *TINY, "action=score", f"data.validation_file={sample(task, 'validation')}",
                   f"score.predictions={trained['root'] / 'plain' / 'predictions.jsonl'}"],
                  trained["root"] / "score", trained["cache"]))
     same(res, trained["plain"], keys=("metrics",))
 
 
-class NativeAsKotune(torch.nn.Module):
-    """An exported native model behind kotune's model interface: its logits in the head's layout (a
-    span head's (start, end)), the kotune head's loss, so kotune's predict and decode run on it."""
+def with_native_logits(model, native):
+    """``model`` (a KotuneModel) with its encoder and head replaced by an exported native class: the
+    native logits in the head's layout (a span head's (start, end)), pooled over a document's
+    windows as kotune pools them; its loss, prediction and decoding stay kotune's."""
+    from heads.windows import pool_windows
 
-    def __init__(self, kotune_model, native):
-        super().__init__()
-        self.head, self.native, self.span = kotune_model.head, native, kotune_model.head_kind == "span"
+    span = model.head_kind == "span"
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **inputs):
-        inputs.pop("num_items_in_batch", None)
-        labels = {k: inputs.pop(k) for k in self.head.label_fields if k in inputs}
-        out = self.native(input_ids=input_ids, attention_mask=attention_mask,
-                          **({} if token_type_ids is None else {"token_type_ids": token_type_ids}))
-        logits = (out.start_logits, out.end_logits) if self.span else out.logits
-        return {"logits": logits, **({"loss": self.head.loss(logits, **labels)} if labels else {})}
+    def logits(ids, mask, types):
+        out = model.native(input_ids=ids, attention_mask=mask, **({} if types is None else {"token_type_ids": types}))
+        return (out.start_logits, out.end_logits) if span else out.logits
+
+    model.native = native
+    model.tokens_logits = lambda ids, mask, types, layer_states, inputs: logits(ids, mask, types)
+    model.document_logits = lambda ids, mask, types, window_doc, inputs: pool_windows(
+        logits(ids, mask, types), window_doc, model.windows.pool)
+    return model
 
 
 def native_predictions(trained, export: dict, out: Path) -> list[dict]:
@@ -243,21 +267,20 @@ def native_predictions(trained, export: dict, out: Path) -> list[dict]:
     from kotune.predict import predict, write_predictions
     from kotune.trainer import make_trainer
 
-    cfg = compose([f"task={trained['task']}", *TINY, f"checkpoint={trained['root'] / 'plain'}",
+    cfg = compose([*trained["options"], *TINY, f"checkpoint={trained['root'] / 'plain'}",
                    f"cache_dir={trained['cache']}"])
     b = build(cfg, ("validation",))
-    ours = b.model.eval()
-    native = NativeAsKotune(ours, getattr(transformers, export["native_class"]).from_pretrained(export["export_dir"]))
     rows = b.inputs["validation"]
     batch = make_collator(b.tokenizer, cfg)([rows[i] for i in range(min(8, len(rows)))])
     with torch.no_grad():
-        mine, theirs = ours(**batch)["logits"], native.eval()(**batch)["logits"]
+        mine = b.model.eval()(**batch)["logits"]
+        native = getattr(transformers, export["native_class"]).from_pretrained(export["export_dir"])
+        theirs = with_native_logits(b.model, native).eval()(**batch)["logits"]
     real = batch["attention_mask"].bool()
     for a, t in zip(*((x,) if torch.is_tensor(x) else x for x in (mine, theirs))):
-        if ours.head_kind in ("token", "span"):  # kotune masks padding for decoding; the native class does not
+        if b.model.head_kind in ("token", "span"):  # kotune masks padding for decoding; the native class does not
             a, t = a[real], t[real]
         assert torch.allclose(a, t, atol=1e-5), (a - t).abs().max()
-    b.model = native
     outputs, _ = predict(make_trainer(cfg, b, str(out)), b, "validation")
     write_predictions(str(out), b, "validation", outputs)
     return predictions(out)
@@ -266,11 +289,11 @@ def native_predictions(trained, export: dict, out: Path) -> list[dict]:
 def test_export_writes_the_native_class_that_predicts_as_kotune_or_refuses_in_one_line(trained):
     from transformers import AutoConfig
 
-    task = trained["task"]
-    res = job([f"task={task}", *TINY, "action=export", f"checkpoint={trained['root'] / 'plain'}"],
+    name = trained["name"]
+    res = job([*trained["options"], *TINY, "action=export", f"checkpoint={trained['root'] / 'plain'}"],
               trained["root"] / "export", trained["cache"])
-    if task in EXPORT_REFUSED:
-        assert f"the {EXPORT_REFUSED[task]} head has no native transformers class" in refused_in_one_line(res)
+    if name in EXPORT_REFUSED:
+        assert f"the {EXPORT_REFUSED[name]} head has no native transformers class" in refused_in_one_line(res)
         return
     ok(res)
     config = AutoConfig.from_pretrained(res["export_dir"])
@@ -300,15 +323,17 @@ def test_ceiling_gives_the_reference_alignments_score_or_refuses_in_one_line(tra
     from tasks.base import load_splits
 
     task_name = trained["task"]
-    res = job([f"task={task_name}", *TINY, "action=ceiling"], trained["root"] / "ceiling", trained["cache"])
-    if task_name not in CEILINGS:
+    res = job([*trained["options"], *TINY, "action=ceiling"], trained["root"] / "ceiling", trained["cache"])
+    if trained["name"] not in CEILINGS:
         assert "no pipeline ceiling" in refused_in_one_line(res)
         return
     metrics = ok(res)["metrics"]
-    if task_name in LOSSLESS:
-        assert set(metrics.values()) == {100.0}
+    if trained["name"] in LOSSLESS:  # every score 100, no word left out (dp_klue's n_words_excluded)
+        assert {k: v for k, v in metrics.items() if not k.startswith("n_")} == pytest.approx(
+            {k: 100.0 for k in metrics if not k.startswith("n_")}) and metrics.get("n_words_excluded", 0) == 0
+        assert len(metrics) > 1
         return
-    cfg = compose([f"task={task_name}", *TINY])
+    cfg = compose([*trained["options"], *TINY])
     task = build_task(cfg.task)
     examples = load_splits(task, cfg.data, ("validation",), 42)["validation"].examples
     # the ceiling's tokenizer: model=tiny trains it on the scored file's text
@@ -329,7 +354,7 @@ def test_ceiling_gives_the_reference_alignments_score_or_refuses_in_one_line(tra
 def test_embed_with_the_checkpoint(trained):
     texts = trained["root"] / "texts.txt"
     texts.write_text("서울에서 회의가 열렸다.\n오늘 날씨가 맑다.\n", encoding="utf-8")
-    embedded = ok(job([f"task={trained['task']}", *TINY, "action=embed", f"checkpoint={trained['root'] / 'plain'}",
+    embedded = ok(job([*trained["options"], *TINY, "action=embed", f"checkpoint={trained['root'] / 'plain'}",
                        f"embed.input={texts}"], trained["root"] / "embed", trained["cache"]))
     from transformers import AutoTokenizer
 
@@ -351,8 +376,13 @@ def test_probe_reads_the_checkpoints_states_and_scores_what_its_table_says(train
     from kotune.build import build
 
     task, run = trained["task"], trained["root"] / "probe"
-    overrides = [f"task={task}", *TINY, "mode=frozen", "train.max_steps=2", f"checkpoint={trained['root'] / 'plain'}"]
-    res = ok(job([*overrides, "action=probe", "probe.choices=[0,scalar_mix]"], run, trained["cache"]))
+    overrides = [*trained["options"], *TINY, "mode=frozen", "train.max_steps=2",
+                 f"checkpoint={trained['root'] / 'plain'}"]
+    res = job([*overrides, "action=probe", "probe.choices=[0,scalar_mix]"], run, trained["cache"])
+    if "task.long_text=windows" in trained["options"]:  # the frozen cache probe reads holds one sequence per row
+        assert "frozen feature cache" in refused_in_one_line(res)
+        return
+    ok(res)
     rows = {row["choice"]: row for row in res["probe"]["rows"]}
     assert list(rows) == ["0", "scalar_mix"] and len(rows["scalar_mix"]["scalar_mix"]["weights"]) == 3
     assert (run / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -370,7 +400,7 @@ def test_probe_reads_the_checkpoints_states_and_scores_what_its_table_says(train
         assert np.allclose(store.row(i).astype(np.float32), states.numpy(), rtol=1e-3, atol=2e-3)
     # predictions.jsonl is the best row's (first) head: scored apart, it gives that row's score
     best = rows[res["probe"]["best_on_validation"]]
-    scored = ok(job([f"task={task}", *TINY, "action=score", f"data.validation_file={sample(task, 'validation')}",
+    scored = ok(job([*trained["options"], *TINY, "action=score", f"data.validation_file={sample(task, 'validation')}",
                      f"score.predictions={run / 'predictions.jsonl'}"], trained["root"] / "probe-score",
                     trained["cache"]))
     assert scored["metrics"][res["main_metric"]] == pytest.approx(best["scores"][0], nan_ok=True)
