@@ -9,6 +9,7 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from kotune.checkpoint import checkpoint_model_dir, read_spec
 from kotune.runtime import pad_multiple, seed_everything
 from tasks import build_task
 from tasks.base import EncodeSettings, Split, Task, encode_cached, load_splits
@@ -48,13 +49,6 @@ def make_collator(tokenizer, cfg: DictConfig):
     from tasks.collate import DynamicPaddingCollator
 
     return DynamicPaddingCollator(tokenizer.pad_token_id, pad_multiple(cfg.train))
-
-
-def checkpoint_model_dir(path: str) -> str:
-    for candidate in (path, os.path.join(path, "model")):
-        if os.path.exists(os.path.join(candidate, "kotune.json")):
-            return candidate
-    raise KotuneError(f"checkpoint={path}: no saved model there (expected {path}/model/kotune.json)")
 
 
 @dataclass
@@ -113,6 +107,14 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
                    uses_token_type_ids(config), encoder=encoder)
 
 
+def use_saved_columns(task: Task, meta: dict) -> None:
+    """The columns the checkpoint's task read in training (``data.<role>_column`` or a conventional
+    name it found) are this task's defaults when it is that task: a file like the training file
+    needs no column settings; a ``data.<role>_column`` still wins (``Task.use_columns``)."""
+    if meta.get("columns") and meta.get("task") == task.name:
+        task.default_columns = dict(meta["columns"])
+
+
 def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
     """The requested task, with the options the checkpoint's model depends on taken from what was
     saved (``Task.saved_options``): a different head is an error, an encoding difference a warning
@@ -120,8 +122,11 @@ def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
     that fits (an NLI model on a text_pair file) is fine."""
     saved_head = meta.get("head")
     if saved_head and saved_head != task.head:  # e.g. QA's task.decode=char needs the span_char head
-        raise ConfigError(f"checkpoint {checkpoint} has a '{saved_head}' head; task {task.name} with these "
-                          f"options needs '{task.head}' (use the task options it was trained with)")
+        other = meta.get("task") not in (None, task.name)
+        hint = (f"leave task= out to use the checkpoint's task={meta['task']}" if other
+                else "leave the task options out: the checkpoint's apply")
+        raise ConfigError(f"task={task.name}: checkpoint {checkpoint} has a '{saved_head}' head, this task with "
+                          f"these options needs '{task.head}' ({hint})")
     saved = meta.get("task_options") or {}
     changes = {}
     for option, policy in task.saved_options.items():
@@ -166,9 +171,12 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Bui
     if cfg.get("checkpoint") and not new_head:
         loaded = load_encoder_side(cfg, task, None)
         task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_kind}, cfg.checkpoint)
+        use_saved_columns(task, loaded.model.meta)
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
         model = loaded.model
     else:
+        if cfg.get("checkpoint"):  # action=probe: a new head on the checkpoint's encoder
+            use_saved_columns(task, read_spec(cfg.checkpoint).get("meta") or {})
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
         if "train" in splits:
             task.fit_labels(splits["train"].examples)
@@ -179,7 +187,8 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Bui
         head_kwargs = dict(task.head_kwargs(), dropout=cfg.train.get("head_dropout"))  # None: the architecture's
         meta = {"task": task.name, "labels": task.labels, "max_length": loaded.max_length,
                 "token_type_ids": loaded.token_type_ids, "model": cfg.model.name,
-                "task_options": {k: task.cfg.get(k) for k in task.saved_options}}
+                "task_options": {k: task.cfg.get(k) for k in task.saved_options},
+                "columns": OmegaConf.to_container(task.cfg.columns) if task.cfg.get("columns") else None}
         model = KotuneModel(loaded.encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
                             layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"))
     model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/windows.py)

@@ -37,6 +37,16 @@ DATA_COLUMNS: dict[str, str] = {"id": "id_column", "text": "text_column", "text_
                                 "label": "label_column"}
 
 
+class LabelWithProbabilities(str):
+    """A predicted label that also carries each class's probability: a plain string for metrics
+    and comparisons, the probabilities for predictions.jsonl (and RE's AUPRC in action=score)."""
+
+    def __new__(cls, label: str, probabilities: Any):
+        obj = super().__new__(cls, label)
+        obj.probabilities = probabilities
+        return obj
+
+
 def column_settings(data: DictConfig) -> dict[str, str]:
     """The ``data.<role>_column`` settings given: role → column name."""
     return {role: str(data.get(key)) for role, key in DATA_COLUMNS.items() if data.get(key) is not None}
@@ -89,6 +99,7 @@ class Task:
         self.labels: list[str] | None = list(cfg.labels) if cfg.get("labels") else None
         self.reading = ReadOptions()  # load_splits sets data.format / data.quoting here
         self.default_columns: dict = dict(cfg.get("columns") or {})
+        self.explicit_columns: set[str] = set()  # roles a data.<role>_column names (never looked up by name)
 
     # ---- reading -------------------------------------------------------------------------
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
@@ -115,6 +126,7 @@ class Task:
                 raise ConfigError(f"data.{DATA_COLUMNS[role]}={value}: task {self.name} has no {role} "
                                   f"column ({reads})")
             columns[role] = value
+        self.explicit_columns = set(column_settings(data))
         if columns:
             self.cfg.columns = columns
 
@@ -222,7 +234,10 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
     out: dict[str, Split] = {}
 
     def from_file(path: str, labelled: bool = True) -> Split:
-        return Split(task.read_file(path, labelled=labelled), {"file": path, "sha256": sha256_of(path)})
+        examples = task.read_file(path, labelled=labelled)
+        if not examples:  # a header alone, or blank lines: say so before any split or count
+            raise DataError(path, None, "no rows (the file holds no examples)")
+        return Split(examples, {"file": path, "sha256": sha256_of(path)})
 
     def from_hub(split: str) -> Split:
         hub = task.cfg.get("hub")

@@ -6,7 +6,8 @@ or refuses in one line saying why:
   failed job) = the first run, with the plain recipe and with ``train=klue`` (best checkpoint);
 - a run resumed from an earlier checkpoint = the uninterrupted run (tests/test_resume.py kills one);
 - ``eval`` of the checkpoint = the training run's metrics;
-- ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl;
+- ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl, given
+  only ``checkpoint=`` (task, task options, columns and model come from the checkpoint);
 - ``score`` of the run's own predictions.jsonl = the training run's metrics;
 - ``export`` writes the native class whose logits, through the task's decoding, give the training
   run's predictions; the tasks whose head has no native class (EXPORT_REFUSED) refuse in one line;
@@ -218,14 +219,17 @@ def test_eval_of_the_checkpoint_gives_the_training_runs_metrics(trained):
 
 
 def test_predict_without_labels_gives_the_training_runs_predictions(trained):
+    """Neither task= nor model= given: the checkpoint's task, task options, columns and model apply."""
     task = trained["task"]
     unlabelled = unlabelled_dev(task, sample(task, "validation"), trained["root"])
     out = trained["root"] / "predict"
-    setting = [*trained["options"], *TINY, f"checkpoint={trained['root'] / 'plain'}"]
-    ok(job([*setting, "action=predict", f"data.predict_file={unlabelled}"], out, trained["cache"]))
+    res = job(["action=predict", f"checkpoint={trained['root'] / 'plain'}", f"data.predict_file={unlabelled}"],
+              out, trained["cache"])
+    ok(res)
+    assert (res["task"], res["model"], res["mode"]) == (task, "tiny", "finetune")
     assert predictions(out) == predictions(trained["root"] / "plain")
     # a tiny run often predicts one label for every row: the model also read the same inputs from both files
-    setting.append(f"cache_dir={trained['cache']}")
+    setting = [*trained["options"], *TINY, f"checkpoint={trained['root'] / 'plain'}", f"cache_dir={trained['cache']}"]
     assert encoder_inputs([*setting, f"data.predict_file={unlabelled}"], "predict") == \
         encoder_inputs(setting, "validation")
 
