@@ -87,8 +87,8 @@ def test_checkpoint_options_error_or_saved(run_job, tmp_path, capsys):
     ckpt = f"checkpoint={tmp_path / 'train'}"
     other_head = run_job(["task=ner", "model=tiny", "data=sample", "action=eval", ckpt, "task.decode=char"], "e1")
     assert other_head["status"] == "failed" and other_head["error"] == (
-        f"checkpoint {tmp_path / 'train'} has a 'token' head; task ner with these options needs 'token_char' "
-        "(use the task options it was trained with)")
+        f"task=ner: checkpoint {tmp_path / 'train'} has a 'token' head, this task with these options needs "
+        "'token_char' (leave the task options out: the checkpoint's apply)")
     capsys.readouterr()
     saved = run_job(["task=ner", "model=tiny", "data=sample", "action=eval", ckpt, "task.label_subwords=all"], "e2")
     assert saved["status"] == "ok", saved.get("error")
