@@ -473,7 +473,9 @@ def test_tiny_mrc_on_samples_writes_predictions_json_and_reloads(run_job, tmp_pa
     predictions = json.loads((tmp_path / "train" / "predictions.json").read_text(encoding="utf-8"))
     nbest = json.loads((tmp_path / "train" / "nbest_predictions.json").read_text(encoding="utf-8"))
     assert len(predictions) == res["n_eval"] == len(nbest)
-    assert all(isinstance(v, str) for v in predictions.values())
+    records = [json.loads(line) for line in (tmp_path / "train" / "predictions.jsonl").read_text().splitlines()]
+    assert predictions == {r["id"]: r["prediction"] for r in records}  # the official file says what kotune scored
+    assert all(a == "" or a == nbest[q][0]["text"] for q, a in predictions.items())  # the best span, or null
     again = run_job(options + ["action=eval", f"checkpoint={tmp_path / 'train'}"], "eval")
     assert again["metrics"] == pytest.approx(res["metrics"])
     assert json.loads((tmp_path / "eval" / "predictions.json").read_text(encoding="utf-8")) == predictions

@@ -132,7 +132,9 @@ def test_special_tokens_resize_the_embeddings():
     new = encoder.get_input_embeddings().weight.detach()
     assert new.shape == (len(tok), 64) == (old.shape[0] + 4, 64) and encoder.config.vocab_size == len(tok)
     assert torch.equal(new[:len(old)], old)
-    assert 0.005 < float(new[len(old):].std()) < 0.05  # normal(0, initializer_range=0.02), as transformers 3.5.1
+    # normal(0, initializer_range=0.02), as transformers 3.5.1 (256 draws: sd of their sd ≈ 0.0009); transformers
+    # 5's default, the old rows' mean and covariance, gives 0.0068 here
+    assert float(new[len(old):].std()) == pytest.approx(0.02, abs=0.003)
     assert tok.tokenize("<subj>세종</subj>") == ["<subj>", "세종", "</subj>"]
 
 
