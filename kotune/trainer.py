@@ -191,10 +191,11 @@ class KotuneTrainer(Trainer):
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
             loss_sum = self._total_loss_scalar + float(self._tr_loss.item())
-            # stopped: training ends at this checkpoint (its last step, or early stopping): a rerun is finished
+            # stopped: early stopping ends training at this checkpoint, so a rerun is finished (a stop
+            # for any other reason, such as an interruption, leaves the run to be resumed)
             write_json_atomic(os.path.join(folder, COMPLETE),
                               {"step": self.state.global_step, "loss_sum": loss_sum, "config": self.resume_config,
-                               "stopped": bool(self.control.should_training_stop)})
+                               "stopped": bool(self.control.should_training_stop) and early_stopping.has_stopped(self)})
 
     def _load_state(self, directory: str) -> None:
         state = safetensors.torch.load_file(os.path.join(directory, "model.safetensors"))

@@ -479,8 +479,12 @@ def test_tiny_mrc_on_samples_writes_predictions_json_and_reloads(run_job, tmp_pa
     again = run_job(options + ["action=eval", f"checkpoint={tmp_path / 'train'}"], "eval")
     assert again["metrics"] == pytest.approx(res["metrics"])
     assert json.loads((tmp_path / "eval" / "predictions.json").read_text(encoding="utf-8")) == predictions
-    wrong = run_job(["task=mrc", "model=tiny", "data=sample", "action=eval", f"checkpoint={tmp_path / 'train'}"],
-                    "wrong")
+    # task.decode not given: the checkpoint's char decoding applies; token decoding given: refused, naming the head
+    remembered = run_job(["task=mrc", "model=tiny", "data=sample", "action=eval", f"checkpoint={tmp_path / 'train'}"],
+                         "remembered")
+    assert remembered["status"] == "ok" and remembered["metrics"] == pytest.approx(res["metrics"])
+    wrong = run_job(["task=mrc", "model=tiny", "data=sample", "task.decode=token", "action=eval",
+                     f"checkpoint={tmp_path / 'train'}"], "wrong")
     assert wrong["status"] == "failed" and "span_char" in wrong["error"]
 
 
