@@ -135,7 +135,8 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
     ``model_max_length`` = the model's max_length, and no token type ids where the model had none,
     with any special tokens the task added, e.g. KLUE RE's ``<subj>``). A task whose input is more
     than plain text (RE's entity markers) says so in one warning line, in ``input_note`` and in the
-    exported config (``kotune_input``)."""
+    exported config (``kotune_input``). A LoRA model's adapter is merged into its encoder first
+    (``heads.lora.merged_exactly``: refused in one line where the merge would change the outputs)."""
     from transformers import AutoTokenizer
 
     from heads.model import KotuneModel
@@ -144,6 +145,11 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
     reason = refusal(model)
     if reason:
         raise ConfigError(f"cannot export {model_dir}: {reason}")
+    merged = bool(model.lora)
+    if merged:  # mode=lora: the adapter merged into the encoder's weights, checked to compute the same
+        from heads.lora import merged_exactly
+
+        model.encoder, model.lora = merged_exactly(model.encoder, model_dir), None
     native = to_native(model, model.meta.get("labels"))
     note = input_note(model.meta)
     if note:  # e.g. RE: the model never saw unmarked text, and a pipeline would feed it some
@@ -158,7 +164,7 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
         tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names
     tokenizer.save_pretrained(out_dir)
     return {"export_dir": out_dir, "native_class": type(native).__name__, "pipeline": PIPELINE[model.head_kind],
-            "num_labels": native.config.num_labels, "input_note": note}
+            "num_labels": native.config.num_labels, "input_note": note, "lora_merged": merged}
 
 
 def input_note(meta: dict) -> str | None:

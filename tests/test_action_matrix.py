@@ -1,6 +1,6 @@
-"""Every action on every task: each registered task is trained once (tiny encoder, its sample
-files), then every other action is tried against it, and each cell gives what another path gives,
-or refuses in one line saying why:
+"""Every action on every task and training mode: each registered task is trained once per mode
+(``mode=finetune`` and ``mode=lora``; tiny encoder, its sample files), then every other action is
+tried against it, and each cell gives what another path gives, or refuses in one line saying why:
 
 - a rerun of a finished run (results.json lost: a crash in the final prediction, a sweep rerunning a
   failed job) = the first run, with the plain recipe and with ``train=klue`` (best checkpoint);
@@ -10,7 +10,12 @@ or refuses in one line saying why:
 - ``score`` of the run's own predictions.jsonl = the training run's metrics;
 - ``export`` writes the native class, or refuses in one line; ``ceiling`` and ``embed`` run;
 - ``probe`` (frozen heads on two layer choices of one encoding) runs on the trained encoder;
-- ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind).
+- ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind; LoRA
+  from it too for ``LORA_FROM_PRETRAINING``, read back by ``eval``).
+
+``mode=lora`` runs on one task per head kind (``matrix_runs``), its ``train=klue`` recipe (select_best)
+on ``KLUE_RECIPE_LORA`` only: the best checkpoint's path differs between modes only in what a
+checkpoint holds, which the plain recipe already covers.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from conftest import compose
 
@@ -27,6 +33,9 @@ TINY = ["model=tiny", *SMALL]
 PLAIN = TINY + ["train.max_steps=6", "train.save_strategy=steps", "train.save_steps=2", "train.save_total_limit=null"]
 KLUE = TINY + ["train=klue", "train.epochs=1"]  # select_best: evaluations 4 times per epoch, the best kept
 COMPARED = ("metrics", "train_loss", "best_step", "metrics_last")
+MODES = ("finetune", "lora")
+KLUE_RECIPE_LORA = ("nli",)
+LORA_FROM_PRETRAINING = "nli"
 
 
 def registered_tasks() -> list[str]:
@@ -34,6 +43,15 @@ def registered_tasks() -> list[str]:
     from conftest import ROOT
 
     return sorted(p.stem for p in (ROOT / "conf" / "task").glob("*.yaml"))
+
+
+def one_task_per_head() -> list[str]:
+    from tasks import build_task
+
+    first: dict[str, str] = {}
+    for name in registered_tasks():
+        first.setdefault(build_task(compose([f"task={name}"]).task).head, name)
+    return sorted(first.values())
 
 
 def job(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
@@ -142,18 +160,33 @@ def sample(task_name: str, split: str) -> Path:
 
 
 # ---- one training per task, shared by every cell ---------------------------------------------
-@pytest.fixture(scope="module", params=registered_tasks())
+def matrix_runs() -> list[tuple[str, str]]:
+    """Every task fine-tuned; LoRA on one task per head kind (what LoRA changes is the encoder under
+    the head: tasks that share a head differ in reading and decoding, which no mode touches)."""
+    return [(task, "finetune") for task in registered_tasks()] + [(task, "lora") for task in one_task_per_head()]
+
+
+@pytest.fixture(scope="module", params=matrix_runs(), ids=lambda p: f"{p[0]}-{p[1]}")
 def trained(request, tmp_path_factory, cache_dir):
-    task = request.param
-    root = tmp_path_factory.mktemp(f"matrix-{task}")
-    plain = ok(job([f"task={task}", *PLAIN], root / "plain", cache_dir))
-    klue = ok(job([f"task={task}", *KLUE], root / "klue", cache_dir))
-    assert klue["best_step"] is not None and klue["metrics_last"] is not None
-    return {"task": task, "root": root, "plain": plain, "klue": klue, "cache": cache_dir}
+    task, mode = request.param
+    root = tmp_path_factory.mktemp(f"matrix-{task}-{mode}")
+    recipes = {"plain": [*PLAIN, f"mode={mode}"]}
+    if mode == "finetune" or task in KLUE_RECIPE_LORA:
+        recipes["klue"] = [*KLUE, f"mode={mode}"]
+    runs = {name: ok(job([f"task={task}", *overrides], root / name, cache_dir)) for name, overrides in recipes.items()}
+    if "klue" in runs:
+        assert runs["klue"]["best_step"] is not None and runs["klue"]["metrics_last"] is not None
+    if mode == "lora":  # the adapter and head only: the encoder's weights stay out of every checkpoint
+        assert runs["plain"]["trainable_params"] < runs["plain"]["total_params"]
+        saved = load_file(str(root / "plain" / "checkpoints" / "checkpoint-6" / "model.safetensors"))
+        encoder_keys = [k for k in saved if k.startswith("encoder.")]
+        assert encoder_keys and all("lora_" in k or "trainable_tokens" in k for k in encoder_keys), encoder_keys
+        assert not (root / "plain" / "model" / "encoder").exists() and (root / "plain" / "model" / "adapter").is_dir()
+    return {"task": task, "mode": mode, "root": root, "recipes": recipes, **runs, "cache": cache_dir}
 
 
 def test_rerun_of_a_finished_run_gives_the_first_result(trained):
-    for recipe, overrides in (("plain", PLAIN), ("klue", KLUE)):
+    for recipe, overrides in trained["recipes"].items():
         run_dir = copy_run(trained["root"] / recipe, trained["root"] / f"rerun-{recipe}")
         again = ok(job([f"task={trained['task']}", *overrides], run_dir, trained["cache"]))
         assert again["resumed_from"] is not None  # it did find the finished training
@@ -163,7 +196,7 @@ def test_rerun_of_a_finished_run_gives_the_first_result(trained):
 
 def test_a_resumed_run_ends_where_the_uninterrupted_one_ends(trained):
     run_dir = copy_run(trained["root"] / "plain", trained["root"] / "resumed", keep_checkpoints=2)
-    again = ok(job([f"task={trained['task']}", *PLAIN], run_dir, trained["cache"]))
+    again = ok(job([f"task={trained['task']}", *trained["recipes"]["plain"]], run_dir, trained["cache"]))
     assert again["resumed_from"] == 2
     same(again, trained["plain"])
 
@@ -201,6 +234,7 @@ def test_export_writes_the_native_class_or_refuses_in_one_line(trained):
     if res["status"] == "ok":
         config = AutoConfig.from_pretrained(res["export_dir"])
         assert config.num_labels == res["num_labels"] and config.architectures == [res["native_class"]]
+        assert res["lora_merged"] == (trained["mode"] == "lora")
     else:
         assert "cannot export" in refused_in_one_line(res)
 
@@ -230,15 +264,6 @@ def test_probe_with_the_checkpoints_encoder(trained):
     assert (trained["root"] / "probe" / "probe.png").exists()
 
 
-def one_task_per_head() -> list[str]:
-    from tasks import build_task
-
-    first: dict[str, str] = {}
-    for name in registered_tasks():
-        first.setdefault(build_task(compose([f"task={name}"]).task).head, name)
-    return sorted(first.values())
-
-
 @pytest.mark.parametrize("task", one_task_per_head())
 def test_pretrain_on_the_tasks_text_then_fine_tune_from_it(task, tmp_path, cache_dir):
     """Task-adaptive pretraining: the task's own training text, then the task from that encoder."""
@@ -251,6 +276,12 @@ def test_pretrain_on_the_tasks_text_then_fine_tune_from_it(task, tmp_path, cache
     pretrained = ok(job(["action=pretrain", "model=tiny", "model.tokenizer.vocab_size=200", f"data.train_file={text}",
                          "train.max_steps=3", "train.max_length=64", "train.batch_size=8"], tmp_path / "pretrain", cache_dir))
     assert pretrained["metrics"]["mlm_accuracy"] is not None
-    tuned = ok(job([f"task={task}", *SMALL, "train.max_steps=3", "model=klue", "model.init=pretrained",
-                    f"model.name_or_path={pretrained['model_dir']}"], tmp_path / "tuned", cache_dir))
+    tune = [f"task={task}", *SMALL, "train.max_steps=3", "model=klue", "model.init=pretrained",
+            f"model.name_or_path={pretrained['model_dir']}"]
+    tuned = ok(job(tune, tmp_path / "tuned", cache_dir))
     assert tuned["metrics"].get(compose([f"task={task}"]).task.main_metric) is not None
+    if task == LORA_FROM_PRETRAINING:  # its model/ holds the adapter only; eval rebuilds the pretrained base
+        lora = ok(job([*tune, "mode=lora"], tmp_path / "lora", cache_dir))
+        again = ok(job([f"task={task}", *SMALL, "action=eval", f"checkpoint={tmp_path / 'lora'}"],
+                       tmp_path / "eval", cache_dir))
+        same(again, lora, keys=("metrics",))
