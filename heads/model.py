@@ -98,7 +98,7 @@ class KotuneModel(nn.Module):
         settings = dict(settings)
         if not hasattr(self.encoder, "peft_config"):
             self.encoder, settings["target_modules"] = add_lora(self.encoder, settings, settings.get("token_rows") or [])
-        settings["vocab_size"] = int(self.encoder.get_input_embeddings().num_embeddings)
+        settings["vocab_size"] = int(self.encoder.config.vocab_size)  # with the rows a task added
         return settings
 
     @property

@@ -139,9 +139,10 @@ def check_checkpoint_mode(cfg: DictConfig, model, checkpoint: str, training: boo
     if saved == asked:
         return
     if asked == "lora":
+        model_dir = checkpoint_model_dir(checkpoint)
         raise ConfigError(f"mode=lora: checkpoint {checkpoint} was saved by mode={saved} (its whole encoder, no LoRA "
                           f"adapter); read it without mode=lora, or put LoRA on its encoder in a new run with "
-                          f"model.name_or_path={checkpoint_model_dir(checkpoint)}/encoder")
+                          f"model.name_or_path={model_dir}/encoder +model.tokenizer_path={model_dir}")
     if training and saved == "lora":
         raise ConfigError(f"checkpoint {checkpoint} was saved by mode=lora (an adapter on "
                           f"{model.lora['base']['model'].get('name_or_path') or model.lora['base']['model'].get('name')}); "
