@@ -225,9 +225,10 @@ class Bench:
                 f"cache_dir={self.a.cache_dir}"]
 
     def finetune(self, task: str, init: str, lr: float, seed: int, select: bool = False,
-                 model_dir: str | None = None, tag: str = "") -> dict:
+                 model_dir: str | None = None, tag: str = "", extra: tuple[str, ...] = ()) -> dict:
         """A fine-tuning run's results: on ``--select-split`` of the training data (``select``), or on
-        all of it, scored on the evaluation split (STS: the eval run on KLUE STS dev)."""
+        all of it, scored on the evaluation split (STS: the eval run on KLUE STS dev). ``extra``:
+        more overrides of the training run (bench/modes.py: ``mode=lora``; name them in ``tag``)."""
         a = self.a
         train_data, evaluation = task_data(task, self.splits)
         model = self.model_overrides(init, model_dir or self.model_dir)
@@ -239,7 +240,7 @@ class Bench:
                    *pooling,
                    f"train.learning_rate={lr}", f"train.seed={seed}", f"train.max_steps={a.ft_steps}",
                    f"train.batch_size={a.ft_batch}", f"train.max_length={a.ft_max_length}", "train.warmup_ratio=0.1",
-                   "save_predictions=false", f"save_model={str(scored_later).lower()}"], run_dir)
+                   "save_predictions=false", f"save_model={str(scored_later).lower()}", *extra], run_dir)
         if scored_later:
             res = job(["action=eval", f"checkpoint={run_dir}", "task=sts", f"data.validation_file={KLUE_STS_DEV}",
                        *model, *pooling, f"train.seed={seed}", f"train.max_length={a.ft_max_length}",
