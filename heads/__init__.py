@@ -1,8 +1,9 @@
 """Head registry: kind → ``nn.Module`` class. Heads get hidden states, never text.
 
 A head takes ``(hidden_states, attention_mask, **extra_inputs)`` and returns logits (a tensor or
-a tuple); ``head.loss(logits, **labels)`` gives the training loss; ``label_fields`` names the
-batch keys that hold labels.
+a tuple); ``head.loss(logits, **labels)`` gives the batch's mean loss, ``loss_sums`` and
+``loss_counts`` the same as sums and item counts, so that training divides by the counts of a whole
+optimizer step (heads/loss.py); ``label_fields`` names the batch keys that hold labels.
 """
 from __future__ import annotations
 

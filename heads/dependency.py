@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from heads.token import tagging_loss
+from heads.loss import CountedLoss, cross_entropy_sum, labelled
 from tasks.base import LABEL_FIELDS
 from tasks.collate import IGNORE
 from tasks.dp import BIAFFINE_INITS, WORD_POOLINGS
@@ -74,7 +74,7 @@ class WordLSTM(nn.Module):
         return self.dropout(x.transpose(1, 2)).transpose(1, 2)
 
 
-class DependencyHead(nn.Module):
+class DependencyHead(CountedLoss):
     label_fields = LABEL_FIELDS["dependency"]
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, word_pooling: str = "first",
@@ -177,16 +177,24 @@ class DependencyHead(nn.Module):
     def _with_bias(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.dropout(x), torch.ones_like(x[..., :1])], -1)
 
-    def loss(self, logits: tuple[torch.Tensor, torch.Tensor], heads: torch.Tensor, deprels: torch.Tensor) -> torch.Tensor:
+    def loss_sums(self, logits: tuple[torch.Tensor, torch.Tensor], heads: torch.Tensor,
+                  deprels: torch.Tensor) -> list[torch.Tensor]:
+        """The gold heads' and the gold labels' cross-entropy, summed over the words with a gold
+        head (the loss is their mean, plus the labels' mean). From inference outputs: the words
+        whose head or label is wrong (the loss is then the labelled-attachment error rate)."""
         first = logits[0]
         heads, deprels = (self._fit(t.long(), first.size(1)) for t in (heads, deprels))
-        if first.dim() == 2:  # inference outputs: the labelled-attachment error rate
-            scored = heads != IGNORE
-            wrong = (first != heads) | (logits[1] != deprels)
-            return (wrong & scored).sum().float() / scored.sum().clamp(min=1).float()
+        if first.dim() == 2:
+            wrong = ((first != heads) | (logits[1] != deprels)) & (heads != IGNORE)
+            return [wrong.sum().float(), first.new_zeros((), dtype=torch.float)]
         arc, labels = logits
         at_gold = torch.gather(labels, 2, heads.clamp(min=0)[..., None, None].expand(-1, -1, 1, labels.size(-1)))
-        return tagging_loss(arc, heads) + tagging_loss(at_gold.squeeze(2), deprels)
+        return [cross_entropy_sum(arc, heads), cross_entropy_sum(at_gold.squeeze(2), deprels)]
+
+    def loss_counts(self, heads: torch.Tensor, deprels: torch.Tensor) -> torch.Tensor:
+        """Words with a gold head, and with a gold label (the same words; padding past the
+        batch's words, cut by ``_fit``, is -100 and counts for nothing)."""
+        return torch.stack([labelled(heads), labelled(deprels)])
 
     @staticmethod
     def _fit(labels: torch.Tensor, width: int) -> torch.Tensor:

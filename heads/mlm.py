@@ -11,6 +11,7 @@ import torch
 from omegaconf import DictConfig
 
 from heads.encoder import _from_hub_or_cache, build_config
+from heads.loss import cross_entropy_sum, labelled, mean_of_terms
 from tasks.collate import IGNORE
 from tasks.errors import ConfigError
 from tasks.log import log, warn
@@ -32,7 +33,8 @@ def sinusoidal_positions(model: torch.nn.Module) -> None:
 
 
 ATTENTION_INITS = ("random", "tied_qk", "mimetic")
-# Trockman & Kolter's defaults (their ViT setting): query-key α₁ = β₁ = 0.7, value-output α₂ = β₂ = 0.4.
+# kotune's defaults, query-key α₁ = β₁ = 0.7 and value-output α₂ = β₂ = 0.4: the ViT values implementations
+# citing Trockman & Kolter use, not checked against the paper's text (README, "Pretrain or adapt an encoder").
 MIMETIC_ALPHA, MIMETIC_BETA = (0.7, 0.4), (0.7, 0.4)
 
 
@@ -94,7 +96,7 @@ def mimetic_attention(model: torch.nn.Module, alpha: tuple[float, float] = MIMET
 
 def mimetic_scales(alpha, beta) -> tuple[tuple[float, float], tuple[float, float]]:
     """``pretrain.mimetic_alpha`` / ``mimetic_beta``: each [query-key, value-output], numbers ≥ 0
-    (None: the paper's)."""
+    (None: ``MIMETIC_ALPHA`` / ``MIMETIC_BETA``)."""
     scales = []
     for name, value, default in (("mimetic_alpha", alpha, MIMETIC_ALPHA), ("mimetic_beta", beta, MIMETIC_BETA)):
         value = default if value is None else value
@@ -114,7 +116,7 @@ def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
     """``AutoModelForMaskedLM`` (``objective`` mlm+nsp: BERT's ``AutoModelForPreTraining``); a
     checkpoint without those heads gets fresh ones (warning). Random init only: ``position_init``
     random | sinusoidal, ``attention_init`` random | tied_qk | mimetic (``mimetic_alpha``,
-    ``mimetic_beta``: [query-key, value-output], None: the paper's)."""
+    ``mimetic_beta``: [query-key, value-output], None: ``MIMETIC_ALPHA`` / ``MIMETIC_BETA``)."""
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
     init = model_cfg.get("init", "pretrained")
@@ -164,16 +166,24 @@ MASKED_LM_HEADS = {
 }
 
 
-def pretraining_logits(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def pretraining_logits(model: torch.nn.Module, batch: dict,
+                       full_forward: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Logits and gold ids of the labelled positions of ``batch`` (row-major order), and the
     next-sentence logits where the batch has ``next_sentence_label`` (``BertForPreTraining``), else
     None: the encoder runs on every position, the MLM head (transform and vocabulary projection)
     only on the ~15 % that carry a label. Why: the projection onto the vocabulary is most of a
     small model's FLOPs (README, "Pretrain or adapt an encoder"). Architectures not in
-    ``MASKED_LM_HEADS`` run their own full forward."""
+    ``MASKED_LM_HEADS``, and ``full_forward`` (a wrapped model: DistributedDataParallel,
+    ``torch.compile``, whose inner modules must not be called past the wrapper), run the model's
+    own full forward."""
     labels = batch["labels"]
     chosen = labels != IGNORE
     inputs = {k: v for k, v in batch.items() if k not in ("labels", "next_sentence_label")}
+    if full_forward:
+        out = model(**inputs)
+        if "next_sentence_label" in batch:
+            return out.prediction_logits[chosen], labels[chosen], out.seq_relationship_logits
+        return out.logits[chosen], labels[chosen], None
     if "next_sentence_label" in batch:
         out = model.base_model(**inputs)
         return (model.cls.predictions(out.last_hidden_state[chosen]), labels[chosen],
@@ -190,16 +200,27 @@ def masked_logits(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, to
     return pretraining_logits(model, batch)[:2]
 
 
-def masked_lm_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+def pretraining_counts(batch: dict) -> torch.Tensor:
+    """The items each term of the pretraining loss is a mean over: the masked tokens (and the
+    sentence pairs, where the batch has ``next_sentence_label``)."""
+    counts = [labelled(batch["labels"])]
+    if "next_sentence_label" in batch:
+        counts.append(labelled(batch["next_sentence_label"]))
+    return torch.stack(counts)
+
+
+def masked_lm_loss(model: torch.nn.Module, batch: dict, counts: torch.Tensor | None = None,
+                   full_forward: bool = False) -> torch.Tensor:
     """The ``*ForMaskedLM`` loss (mean cross-entropy over the labelled positions) from
     ``pretraining_logits``, plus the next-sentence cross-entropy where the batch has
     ``next_sentence_label`` (``BertForPreTraining``'s loss): equal to the model's own, with its
-    gradients."""
-    logits, gold, next_logits = pretraining_logits(model, batch)
-    loss = torch.nn.functional.cross_entropy(logits, gold)
+    gradients. ``counts``: the ``pretraining_counts`` of the whole optimizer step this batch is a
+    share of (gradient accumulation, data parallel; heads/loss.py), else the batch's own."""
+    logits, gold, next_logits = pretraining_logits(model, batch, full_forward)
+    sums = [cross_entropy_sum(logits, gold)]
     if next_logits is not None:
-        loss = loss + torch.nn.functional.cross_entropy(next_logits, batch["next_sentence_label"])
-    return loss
+        sums.append(cross_entropy_sum(next_logits, batch["next_sentence_label"]))
+    return mean_of_terms(sums, pretraining_counts(batch) if counts is None else counts)
 
 
 @torch.no_grad()

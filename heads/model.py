@@ -24,6 +24,7 @@ from torch import nn
 
 from heads import HEADS
 from heads.layers import LayerMixer, check_pooling, parse_layers
+from heads.loss import mean_of_terms
 from heads.native import default_dropout, head_style, takes_pooler
 from tasks.errors import ConfigError, KotuneError
 
@@ -35,11 +36,11 @@ class KotuneModel(nn.Module):
     """``layers`` (``mode.layers``) picks the hidden states the head reads (heads/layers.py);
     ``pooling`` (``mode.pooling``) is passed to heads that pool (their ``pooling`` argument)."""
 
-    # Heads return a *mean* loss. Without this, Trainer sees forward(**inputs), assumes the loss is
-    # a sum over num_items_in_batch and skips dividing by grad_accum and multiplies by the number
-    # of DDP processes: gradients would scale with both (with AdamW: clipping bites earlier, SGD's
-    # step grows), and a 2-process run would no longer match one process at the same global batch.
-    accepts_loss_kwargs = False
+    # forward(num_items_in_batch=...) divides the head's loss sums by the item counts of the whole
+    # optimizer step (all micro-batches, all processes: KotuneTrainer counts them with loss_counts),
+    # so Trainer neither divides by grad_accum nor lets a micro-batch's mean weigh as much as
+    # another's whatever its number of items (heads/loss.py).
+    accepts_loss_kwargs = True
 
     def __init__(self, encoder: nn.Module, head_kind: str, head_kwargs: dict, *, frozen: bool = False,
                  meta: dict | None = None, layers: Any = "last", pooling: str | None = None,
@@ -145,9 +146,17 @@ class KotuneModel(nn.Module):
         """The hidden states the head reads: [B, T, H]."""
         return self.mixer(self.layer_states(input_ids, attention_mask, token_type_ids))
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, layer_states=None, **inputs):
-        """``layer_states`` (from the frozen feature cache) replaces running the encoder."""
-        inputs.pop("num_items_in_batch", None)  # Trainer sends it to forwards that take **kwargs
+    def loss_counts(self, batch: dict) -> torch.Tensor | None:
+        """Per term of the head's loss, the labelled items of ``batch`` (None: it has no labels)."""
+        if not all(k in batch for k in self.head.label_fields):
+            return None
+        return self.head.loss_counts(**{k: batch[k] for k in self.head.label_fields})
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, layer_states=None,
+                num_items_in_batch=None, **inputs):
+        """``layer_states`` (from the frozen feature cache) replaces running the encoder.
+        ``num_items_in_batch`` (Trainer's): the ``loss_counts`` of the whole optimizer step the
+        loss is a share of (None: this batch's own, the loss is its mean)."""
         labels = {k: inputs.pop(k) for k in self.head.label_fields if k in inputs}
         if layer_states is None:
             layer_states = self.layer_states(input_ids, attention_mask, token_type_ids)
@@ -157,7 +166,8 @@ class KotuneModel(nn.Module):
         logits = self.head(hidden, attention_mask, **inputs)
         out = {"logits": logits}
         if labels and all(v is not None for v in labels.values()):
-            out["loss"] = self.head.loss(logits, **labels)
+            counts = self.head.loss_counts(**labels) if num_items_in_batch is None else num_items_in_batch
+            out["loss"] = mean_of_terms(self.head.loss_sums(logits, **labels), counts)
         return out
 
     def param_counts(self) -> dict[str, int]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from heads.loss import LabelledCrossEntropy
 from tasks.base import LABEL_FIELDS
 
 
-class RelationHead(nn.Module):
+class RelationHead(LabelledCrossEntropy):
     """[subject-start state; object-start state] → dropout → dense → tanh → dropout → out."""
 
     label_fields = LABEL_FIELDS["relation"]
@@ -27,6 +27,3 @@ class RelationHead(nn.Module):
         rows = torch.arange(hidden_states.size(0), device=hidden_states.device)
         pair = torch.cat([hidden_states[rows, subject_start.long()], hidden_states[rows, object_start.long()]], -1)
         return self.out(self.dropout(torch.tanh(self.dense(self.dropout(pair)))))
-
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.float(), labels.long())

@@ -7,13 +7,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from heads.layers import check_pooling, pool
+from heads.loss import LabelledCrossEntropy
 from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
 
 SEQUENCE_STYLES = ("bert", "roberta", "electra")
 
 
-class SequenceHead(nn.Module):
+class SequenceHead(LabelledCrossEntropy):
     """Pooled state → the architecture's classifier:
 
     - ``bert``: dense → tanh (BERT's pooler; KotuneModel copies the checkpoint's) → dropout → out;
@@ -49,7 +50,12 @@ class SequenceHead(nn.Module):
         x = F.gelu(x) if self.architecture == "electra" else torch.tanh(x)
         return self.out(self.dropout(x))
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def loss_sums(self, logits: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
+        if self.num_labels == 1:  # regression: the mean squared error over the rows
+            return [F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction="sum")]
+        return super().loss_sums(logits, labels)
+
+    def loss_counts(self, labels: torch.Tensor) -> torch.Tensor:
         if self.num_labels == 1:
-            return F.mse_loss(logits.squeeze(-1).float(), labels.float())
-        return F.cross_entropy(logits.float(), labels.long())
+            return torch.tensor([labels.numel()], device=labels.device)
+        return super().loss_counts(labels)

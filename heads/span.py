@@ -19,29 +19,27 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from heads.loss import CountedLoss, cross_entropy_sum, labelled
 from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
-from tasks.collate import IGNORE
 
 MASKED = -1.0e4  # a logit no real position reaches; finite, so fp16/bf16 stay finite
 
 
-def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positions: torch.Tensor,
-              end_positions: torch.Tensor) -> torch.Tensor:
-    """Mean of start and end cross-entropy over windows with a target; windows whose gold answer
-    was rejected on load carry -100 and teach nothing (a batch of only those gives 0, not NaN)."""
-    total = start_logits.new_zeros((), dtype=torch.float)
-    for logits, target in ((start_logits, start_positions), (end_logits, end_positions)):
-        target = target.long()
-        counted = (target != IGNORE).sum()
-        summed = F.cross_entropy(logits.float(), target, ignore_index=IGNORE, reduction="sum")
-        total = total + summed / counted.clamp(min=1)
-    return total / 2
+class SpanLoss(CountedLoss):
+    """Mean of the start and the end cross-entropy (``*ForQuestionAnswering``'s), each over the
+    windows with a target; windows whose gold answer was rejected on load carry -100 and teach
+    nothing (a batch of only those gives 0, not NaN)."""
+
+    def loss_sums(self, logits, start_positions: torch.Tensor, end_positions: torch.Tensor) -> list[torch.Tensor]:
+        return [cross_entropy_sum(logits[0], start_positions) / 2, cross_entropy_sum(logits[1], end_positions) / 2]
+
+    def loss_counts(self, start_positions: torch.Tensor, end_positions: torch.Tensor) -> torch.Tensor:
+        return torch.stack([labelled(start_positions), labelled(end_positions)])
 
 
-class SpanHead(nn.Module):
+class SpanHead(SpanLoss):
     """Token states → (start logits, end logits) over the window's tokens: the ``qa_outputs`` of
     ``*ForQuestionAnswering`` (which has no dropout: ``dropout`` is 0 unless train.head_dropout
     sets it). Padding gets a logit no real token reaches."""
@@ -59,11 +57,8 @@ class SpanHead(nn.Module):
         start, end = logits.unbind(-1)
         return start.contiguous(), end.contiguous()
 
-    def loss(self, logits, start_positions: torch.Tensor, end_positions: torch.Tensor) -> torch.Tensor:
-        return span_loss(logits[0], logits[1], start_positions, end_positions)
 
-
-class CharSpanHead(nn.Module):
+class CharSpanHead(SpanLoss):
     """Token states + each character's place in its token → (start, end) logits over the
     window's character slots (slot 0 = [CLS])."""
 
@@ -101,6 +96,3 @@ class CharSpanHead(nn.Module):
         start = per_slot_token[..., 0] + per_slot_offsets[:, :, 0].gather(-1, start_class.unsqueeze(-1)).squeeze(-1)
         end = per_slot_token[..., 1] + per_slot_offsets[:, :, 1].gather(-1, end_class.unsqueeze(-1)).squeeze(-1)
         return start.masked_fill(~valid, MASKED), end.masked_fill(~valid, MASKED)
-
-    def loss(self, logits, start_positions: torch.Tensor, end_positions: torch.Tensor) -> torch.Tensor:
-        return span_loss(logits[0], logits[1], start_positions, end_positions)

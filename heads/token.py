@@ -13,20 +13,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from heads.loss import LabelledCrossEntropy
 from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
-from tasks.collate import IGNORE
 
 
-def tagging_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over labelled slots only (-100: specials, padding, unlabelled subwords)."""
-    labels = labels.long()
-    if not (labels != IGNORE).any():  # a batch with nothing to learn gives 0, not NaN
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE)
-
-
-class TokenHead(nn.Module):
+class TokenHead(LabelledCrossEntropy):
     """Each token state → dropout → linear → tag logits, shape (batch, tokens, labels): the
     ``classifier`` of ``*ForTokenClassification``."""
 
@@ -41,11 +33,8 @@ class TokenHead(nn.Module):
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.out(self.dropout(hidden_states))
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return tagging_loss(logits, labels)
 
-
-class CharTokenHead(nn.Module):
+class CharTokenHead(LabelledCrossEntropy):
     """A tag per character, as a correction of the covering token's tag: logits =
     linear(token state) + linear₀(GELU(dense(LN(token state + position embeddings)))), with linear₀
     zero-initialised, so training starts from the subword head's answer (every character of a
@@ -82,6 +71,3 @@ class CharTokenHead(nn.Module):
         x = states + self.from_start(char_pos_start.long().clamp(0, last)) \
             + self.from_end(char_pos_end.long().clamp(0, last))
         return self.out(states) + self.correction(self.dropout(F.gelu(self.dense(self.norm(x)))))
-
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return tagging_loss(logits, labels)

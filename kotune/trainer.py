@@ -8,6 +8,7 @@ import os
 import sys
 
 import safetensors.torch
+import torch
 from omegaconf import DictConfig
 from torch.utils.data import SequentialSampler
 from transformers import PreTrainedModel, Trainer, TrainingArguments
@@ -118,6 +119,10 @@ class KotuneTrainer(Trainer):
       ``train_sampling_strategy="group_by_length"``, which permutes predictions.
     - The scalar mix gets its own learning rate (``mix_learning_rate``: ``train.mix_learning_rate``),
       the encoder's layers decaying ones with ``layer_lr_decay`` < 1 (kotune/optim.py).
+    - A step's loss is the mean over its effective batch's labelled items whatever the split into
+      micro-batches (``train.grad_accum``) and processes: ``num_items_in_batch`` holds, per loss
+      term, the items of all of the step's micro-batches (``loss_counts``), and the loss divides
+      the heads' sums by it (heads/loss.py), where Trainer's own count covers only ``labels``.
     - Checkpoints hold only what trains (a frozen encoder is not saved again, a LoRA one only as
       its adapter), end with a
       completion marker carrying the running loss sum (exact ``train_loss`` after a resume) and
@@ -133,6 +138,31 @@ class KotuneTrainer(Trainer):
             from transformers.integrations import TensorBoardCallback
 
             self.add_callback(TensorBoardCallback(_summary_writer(tensorboard_dir)))
+
+    # DataParallel (several GPUs, one process): each replica's forward computes its share of the loss
+    replicas_compute_loss = True
+
+    def loss_counts(self, batch: dict) -> torch.Tensor | None:
+        """Per loss term, the labelled items of one micro-batch (``KotuneModel.loss_counts``); None
+        for a model that does not count them (Trainer's own rule then applies)."""
+        counts = getattr(self.model, "loss_counts", None)
+        return counts(batch) if callable(counts) else None
+
+    def _get_num_items_in_batch(self, batch_samples: list, device) -> torch.Tensor | None:
+        """``num_items_in_batch``: ``loss_counts`` summed over the micro-batches of one optimizer
+        step and, as Trainer's ``average_tokens_across_devices`` does with its single count, over the
+        processes (the loss is then multiplied by their number: DDP averages the gradients)."""
+        counts = [self.loss_counts(batch) for batch in batch_samples]
+        if not counts or any(c is None for c in counts):
+            return super()._get_num_items_in_batch(batch_samples, device)
+        total = torch.stack(counts).sum(0).to(device)
+        average = self.args.average_tokens_across_devices
+        if average and self.args.world_size > 1:
+            total = self.accelerator.gather(total.unsqueeze(0)).sum(0)
+        replicas = self.args.n_gpu if self.replicas_compute_loss else 1
+        if replicas > 1:  # scattered along dim 0 with the inputs: a row per replica (Trainer's rule)
+            total = total.unsqueeze(0).expand(replicas, -1) / (1 if average else replicas)
+        return total
 
     def _get_eval_sampler(self, eval_dataset):
         if eval_dataset is None or self.args.world_size > 1:
@@ -229,15 +259,28 @@ class PretrainingTrainer(KotuneTrainer):
     """``action=pretrain``'s trainer: the loss is ``heads.mlm.masked_lm_loss`` (the MLM head at the
     masked positions only; plus next-sentence prediction where the batch has it), and the training
     rows come in ``tasks.pretrain.EpochSampler``'s order, keyed for ``KeyedRows`` and ``KeyedMasking``
-    (exact resume). A wrapped model (DistributedDataParallel, ``train.compile``) keeps its own
-    forward: calling its inner modules would bypass the wrapper."""
+    (exact resume). The loss divides by the masked tokens (and sentence pairs) of the whole
+    optimizer step (``pretraining_counts``). A wrapped model (DistributedDataParallel,
+    ``train.compile``, DataParallel) keeps its own forward: calling its inner modules would bypass
+    the wrapper; the loss is then computed on its gathered outputs."""
+
+    loss_is_scaled_for_ga = True  # compute_loss divides by the whole step's counts
+    replicas_compute_loss = False
+
+    def loss_counts(self, batch: dict) -> torch.Tensor:
+        from heads.mlm import pretraining_counts
+
+        return pretraining_counts(batch)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         from heads.mlm import masked_lm_loss
 
-        if return_outputs or model is not self.model:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        return masked_lm_loss(model, inputs)
+        if return_outputs:  # Trainer's evaluation: the model's own loss (action=pretrain scores itself)
+            return super().compute_loss(model, inputs, return_outputs)
+        loss = masked_lm_loss(model, inputs, num_items_in_batch, full_forward=model is not self.model)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * self.accelerator.num_processes  # the counts span the processes; DDP averages
+        return loss
 
     def _get_train_sampler(self, train_dataset=None):
         from tasks.pretrain import EpochSampler

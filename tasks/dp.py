@@ -21,7 +21,12 @@
 * decoding: the head predicts per word the best-scoring head and the label at that head (at
   inference, the label of the *predicted* head); a word without a state gets a fixed guess (the
   next word as its head, the last word the root; Korean is head-final), label ``labels[0]``.
+  Each sentence's output also says how many of its last words were cut by ``max_length``
+  (``truncated_words``).
 * scoring: KLUE-baseline's UAS and LAS, macro and micro F1 (tasks/metric_sets.klue_dp_scores).
+  ``task.truncated_words``: ``guess`` scores every word, the cut ones with their guess; ``exclude``
+  leaves the cut words out of the scores, as KLUE-baseline (its ``head_ids`` are truncated with the
+  tokens), and reports how many (``n_words_excluded``).
 * ``ceiling``: the gold heads and labels through this alignment and decoding.
 """
 from __future__ import annotations
@@ -42,6 +47,7 @@ from tasks.tagging import Warnings, align, layout
 
 WORD_POOLINGS = ("first", "mean", "first_last")
 BIAFFINE_INITS = ("zero", "xavier")
+TRUNCATED_WORDS = ("guess", "exclude")
 
 COLUMNS = ("INDEX", "WORD_FORM", "LEMMA", "POS", "HEAD", "DEPREL")
 POS_COLUMN = COLUMNS.index("POS")
@@ -92,6 +98,9 @@ class DependencyTask(Task):
         self.biaffine_init = str(cfg.get("biaffine_init", "zero"))
         if self.biaffine_init not in BIAFFINE_INITS:
             raise ConfigError(f"task.biaffine_init={self.biaffine_init}: choose one of {', '.join(BIAFFINE_INITS)}")
+        self.truncated_words = str(cfg.get("truncated_words", "guess"))
+        if self.truncated_words not in TRUNCATED_WORDS:
+            raise ConfigError(f"task.truncated_words={self.truncated_words}: choose one of {', '.join(TRUNCATED_WORDS)}")
         self.pos, self.lstm = bool(cfg.get("pos", False)), bool(cfg.get("lstm", False))
         self.pos_dim, self.lstm_size = int(cfg.get("pos_dim", 256)), int(cfg.get("lstm_size", 768))
         for option, value in (("pos_dim", self.pos_dim), ("lstm_size", self.lstm_size)):
@@ -217,7 +226,7 @@ class DependencyTask(Task):
                         max_length=settings.max_length, return_offsets_mapping=True,
                         return_token_type_ids=settings.token_type_ids)
         cols: dict[str, list] = {k: list(v) for k, v in enc.items() if k != "offset_mapping"}
-        cols.update(token_word=[], n_words=[], represented=[], heads=[], deprels=[])
+        cols.update(token_word=[], n_words=[], truncated_words=[], represented=[], heads=[], deprels=[])
         if self.pos:
             cols["pos_ids"] = [[pos_id(p) for p in ex["pos"]] for ex in examples]
         label_id = {name: k for k, name in enumerate(self.labels)}
@@ -237,7 +246,7 @@ class DependencyTask(Task):
                     lost[why] += 1
                     warnings.warn(f"word {why}", f"{ex['source']}:{ex['line'] + k}",
                                   f"sentence {ex['id']}: word {k + 1} {ex['words'][k]!r} is {why}: it gets "
-                                  "the fallback guess")
+                                  f"the fallback guess{self._unscored(why)}")
             heads, deprels = [], []
             for k in range(width if ex["heads"] else 0):  # an unlabelled sentence: nothing to train on
                 h = ex["heads"][k]
@@ -246,21 +255,26 @@ class DependencyTask(Task):
                 deprels.append(label_id[ex["deprels"][k]] if ok else IGNORE)
             cols["token_word"].append(token_word)
             cols["n_words"].append(n)
+            cols["truncated_words"].append(n - kept)
             cols["represented"].append(represented)
             cols["heads"].append(heads)
             cols["deprels"].append(deprels)
         warnings.summary(str(examples[0].get("source", "?")) if examples else "?")
         if lost:
             log(f"{sum(lost.values())} words have no state and get the fallback guess: "
-                + ", ".join(f"{n} {why}" for why, n in lost.items()))
+                + ", ".join(f"{n} {why}{self._unscored(why)}" for why, n in lost.items()))
         return datasets.Dataset.from_dict(cols)
+
+    def _unscored(self, why: str) -> str:
+        excluded = why == "past max_length" and self.truncated_words == "exclude"
+        return " (left out of the scores: task.truncated_words=exclude)" if excluded else ""
 
     # ---- decoding and scoring ------------------------------------------------------------
     def decode(self, predictions, features, examples: list[dict]) -> list[dict]:
         """Per sentence ``heads`` (word numbers, 0 = root) and ``deprels`` (names), one per word.
         ``predictions``: the head's (predicted heads, predicted label ids) per word slot."""
         pred_heads, pred_labels = (np.asarray(p) for p in predictions[:2])
-        represented = features["represented"]
+        represented, truncated = features["represented"], features["truncated_words"]
         outputs = []
         for i, ex in enumerate(examples):
             n = len(ex["words"])
@@ -269,16 +283,26 @@ class DependencyTask(Task):
                 if represented[i][k]:
                     heads[k] = int(pred_heads[i, k])
                     deprels[k] = self.labels[int(pred_labels[i, k])]
-            outputs.append({"heads": heads, "deprels": deprels})
+            outputs.append({"heads": heads, "deprels": deprels, "truncated_words": int(truncated[i])})
         return outputs
 
     def score(self, outputs: list[dict], examples: list[dict]) -> dict[str, float]:
-        return metric_sets.klue_dp_scores([o["heads"] for o in outputs], [o["deprels"] for o in outputs],
-                                          [ex["heads"] for ex in examples], [ex["deprels"] for ex in examples],
-                                          self.labels)
+        """UAS and LAS over every word, or (``truncated_words=exclude``) over the words not cut by
+        ``max_length``, with ``n_words_excluded``."""
+        gold_heads = [list(ex["heads"]) for ex in examples]
+        excluded = 0
+        if self.truncated_words == "exclude":
+            for heads, out in zip(gold_heads, outputs):
+                cut = int(out.get("truncated_words") or 0)
+                heads[len(heads) - cut:] = [-1] * cut  # -1: unscored (KLUE-baseline's padding)
+                excluded += cut
+        scores = metric_sets.klue_dp_scores([o["heads"] for o in outputs], [o["deprels"] for o in outputs],
+                                            gold_heads, [ex["deprels"] for ex in examples], self.labels)
+        return {**scores, "n_words_excluded": excluded} if self.truncated_words == "exclude" else scores
 
     def prediction_records(self, outputs: list[dict], examples: list[dict]) -> list[dict]:
         return [{"id": ex["id"], "words": ex["words"], "heads": out["heads"], "deprels": out["deprels"],
+                 "truncated_words": out["truncated_words"],
                  "gold_heads": ex["heads"] or None, "gold_deprels": ex["deprels"] or None}
                 for out, ex in zip(outputs, examples)]
 

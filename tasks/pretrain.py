@@ -167,6 +167,21 @@ def pack_blocks(tokenizer, ids: list[list[int]], offsets: list[list[tuple]], blo
             for i in range(0, len(stream_ids), step)]
 
 
+def sentence_tokens(tokenizer, text: Text) -> tuple[list[list[list[tuple]]], int]:
+    """Per document, per sentence, its ``(id, offset)`` tokens, sentences with none left out
+    (BERT's ``create_pretraining_data.py`` keeps a line only ``if tokens``) and documents with none
+    too; and how many sentences were left out."""
+    ids, offsets = tokenize_lines(tokenizer, text.lines)
+    documents, start, empty = [], 0, 0
+    for doc in text.documents:
+        sentences = [list(zip(ids[i], offsets[i])) for i in range(start, start + len(doc)) if ids[i]]
+        empty += len(doc) - len(sentences)
+        start += len(doc)
+        if sentences:
+            documents.append(sentences)
+    return documents, empty
+
+
 def nsp_pairs(tokenizer, text: Text, max_length: int, seed: int) -> list[dict]:
     """BERT's ``create_instances_from_document`` (create_pretraining_data.py) with
     ``short_seq_prob=0`` and one duplicate: each document's sentences are gathered into chunks of
@@ -174,15 +189,17 @@ def nsp_pairs(tokenizer, text: Text, max_length: int, seed: int) -> list[dict]:
     of the chunk (``next_sentence_label`` 0) or, half of the time and always for a one-sentence
     chunk, sentences from a random place in another document (label 1; the chunk's unused
     sentences go back to the document). ``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0 then 1,
-    the longer segment cut at a random end until the pair fits; padded to ``max_length``."""
-    if len(text.documents) < 2:
-        raise DataError(text.source, None, f"{len(text.documents)} document(s): next-sentence prediction "
+    the longer segment cut at a random end until the pair fits; padded to ``max_length``. As BERT's
+    reader, a sentence that tokenizes to nothing (a zero-width space, control characters) is left
+    out, and so is a document left without sentences (counted in the log): kept, it would make
+    empty segments and lose their pairs."""
+    tokens, empty = sentence_tokens(tokenizer, text)
+    if empty:
+        log(f"{text.source}: {empty} sentence(s) with no token (e.g. only a zero-width space) left out, "
+            f"{len(text.documents) - len(tokens)} document(s) left without sentences")
+    if len(tokens) < 2:
+        raise DataError(text.source, None, f"{len(tokens)} document(s): next-sentence prediction "
                                            "needs at least two (a random next segment comes from another)")
-    ids, offsets = tokenize_lines(tokenizer, text.lines)
-    tokens, start = [], 0  # per document, per sentence: [(id, offset), …]
-    for doc in text.documents:
-        tokens.append([list(zip(ids[i], offsets[i])) for i in range(start, start + len(doc))])
-        start += len(doc)
     rng, budget, rows = random.Random(seed), max_length - 3, []
     for d, doc in enumerate(tokens):
         chunk, length, i = [], 0, 0
@@ -327,27 +344,30 @@ class KeyedRows(torch.utils.data.Dataset):
         return {**self.rows[key[1]], "mask_key": key}
 
 
-def batch_seed(seed: int, epoch: int, rows: list[int]) -> int:
-    """A 64-bit generator seed from the run's seed, the epoch and the batch's rows."""
-    return int.from_bytes(hashlib.blake2b(repr((seed, epoch, rows)).encode(), digest_size=8).digest(), "little")
+def row_seed(seed: int, epoch: int, row: int) -> int:
+    """A 64-bit generator seed from the run's seed, the epoch and the row."""
+    return int.from_bytes(hashlib.blake2b(repr((seed, epoch, row)).encode(), digest_size=8).digest(), "little")
 
 
 class KeyedMasking:
-    """The library collator with each batch's masks drawn from a generator keyed on ``seed`` and
-    the batch's place in training (epoch and rows, from ``KeyedRows``). Why: the library draws from
-    the global torch RNG, which Trainer restores only after the first resumed batch is fetched (and
+    """The library collator with each row's masks drawn from a generator keyed on ``seed`` and the
+    row's place in training (epoch and row, from ``KeyedRows``). Why: the library draws from the
+    global torch RNG, which Trainer restores only after the first resumed batch is fetched (and
     which dataloader workers do not share), so a resumed run masked differently from an
-    uninterrupted one. Keyed masks are the same whenever and wherever a batch is collated, and
-    differ across epochs."""
+    uninterrupted one. Keyed masks are the same whenever and wherever a row is collated, whatever
+    batch it is in (``train.grad_accum=2`` at half the batch size masks as one batch does), and
+    differ across epochs. The rows of a batch are of one length (packed blocks, padded pairs)."""
 
     def __init__(self, collator, seed: int):
         self.collator, self.seed = collator, seed
 
     def __call__(self, items: list[dict]) -> dict:
-        epoch = items[0]["mask_key"][0]
-        rows = [item["mask_key"][1] for item in items]
-        self.collator.generator = torch.Generator().manual_seed(batch_seed(self.seed, epoch, rows))
-        return self.collator([{k: v for k, v in item.items() if k != "mask_key"} for item in items])
+        rows = []
+        for item in items:
+            epoch, row = item["mask_key"]
+            self.collator.generator = torch.Generator().manual_seed(row_seed(self.seed, epoch, row))
+            rows.append(self.collator([{k: v for k, v in item.items() if k != "mask_key"}]))
+        return {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
 
 
 def training_collator(tokenizer, p: DictConfig, seed: int) -> KeyedMasking:

@@ -11,8 +11,9 @@ Accepted files (the format is told by the content, the columns by ``score.*``):
 - KLUE RE: a row's ``probabilities`` ({relation: probability}, as kotune's predictions.jsonl
   writes them) give AUPRC; without them only micro F1 is scored, with a one-line note.
 - a prediction spread over several columns (DP: ``heads`` and ``deprels``, as kotune's DP
-  ``predictions.jsonl`` writes them) is read as a dict of those columns when the file has no
-  single prediction column.
+  ``predictions.jsonl`` writes them, and where present ``truncated_words``: the sentence's last
+  words the model never saw, which ``task=dp_klue`` leaves out of the scores) is read as a dict of
+  those columns when the file has no single prediction column.
 
 Every gold id needs exactly one prediction: missing or extra ids, and labels outside the task's
 label set, are one-line errors that name counts and the first few ids or labels.
@@ -30,6 +31,7 @@ from tasks.re import RelationTask
 PREDICTION_COLUMNS = ("prediction", "label", "answer", "prediction_text")
 PROBABILITIES = "probabilities"  # per class, beside a predicted label (kotune's RE predictions.jsonl)
 RECORD_COLUMNS = (("heads", "deprels"),)  # predictions made of several columns (DP)
+OPTIONAL_COLUMNS = ("truncated_words",)  # read with a record where the file has them (DP)
 SHOWN = 5
 
 
@@ -76,7 +78,7 @@ def read_predictions(path: str, id_column: str = "id", prediction_column: str | 
         if key in out:
             raise DataError(path, where, f"id {key!r} is predicted twice")
         if record:
-            out[key] = {c: row.get(c) for c in record}
+            out[key] = {c: row.get(c) for c in record + OPTIONAL_COLUMNS if c in record or c in row}
         else:
             value = row.get(column)
             out[key] = LabelWithProbabilities(value, row[PROBABILITIES]) \
@@ -194,4 +196,7 @@ def _dependency(value: Any, ex: dict, path: str) -> dict:
         raise DataError(path, None, f"id {ex['id']!r}: {len(heads)} heads and {len(deprels)} deprels for {n} words")
     if not all(h.isdigit() and int(h) <= n for h in heads):
         raise DataError(path, None, f"id {ex['id']!r}: heads {heads} are not word numbers 0..{n}")
-    return {"heads": [int(h) for h in heads], "deprels": deprels}
+    truncated = value.get("truncated_words") or 0
+    if not (isinstance(truncated, int) and 0 <= truncated <= n):
+        raise DataError(path, None, f"id {ex['id']!r}: truncated_words {truncated!r} is not a word count 0..{n}")
+    return {"heads": [int(h) for h in heads], "deprels": deprels, "truncated_words": truncated}

@@ -61,9 +61,21 @@ def test_the_demo_set_is_small_stratified_and_keeps_dev_out_of_train():
     counts = collections.Counter(r["hate"] for r in train)
     assert set(counts) == {"none", "offensive", "hate"}
     # stratified: each label's share of the sample is the source train's (none 3,486 · offensive
-    # 2,499 · hate 1,912 of 7,896), to the row
-    for label, source in (("none", 3486), ("offensive", 2499), ("hate", 1912)):
+    # 2,499 · hate 1,911 of 7,896), to the row
+    for label, source in (("none", 3486), ("offensive", 2499), ("hate", 1911)):
         assert abs(counts[label] - len(train) * source / 7896) <= 1
+
+
+def test_the_data_card_and_the_readme_count_what_the_files_hold():
+    card = (DEMO / "README.md").read_text(encoding="utf-8")
+    rows = {split: demo_rows(split) for split in ("train", "dev")}
+    for split, said in rows.items():
+        line = card.split(f"- `{split}.tsv`: ")[1].split("\n- ")[0]
+        stated = {label: int(n.replace(",", "")) for label, n in re.findall(r"(none|offensive|hate) ([\d,]+)", line)}
+        assert stated == dict(collections.Counter(r["hate"] for r in said)), split
+        assert f"{len(said):,} " in line.split("(")[0], split
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"{len(rows['train']):,} to train on, {len(rows['dev']):,} to score" in readme
 
 
 def test_the_script_draws_the_shipped_files_from_the_source(tmp_path):

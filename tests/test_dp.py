@@ -166,10 +166,10 @@ def test_dp_klue_run_scores_its_own_predictions_and_predicts_unlabelled_files(ru
     trained = run_job(["task=dp_klue", "model=tiny", "data=sample", "train.max_steps=3"], name="train")
     assert trained["status"] == "ok", trained.get("error")
     run_dir = tmp_path / "train"
-    scored = run_job(["task=dp", "action=score", "data=sample", f"score.predictions={run_dir / 'predictions.jsonl'}"],
-                     name="score")
+    scored = run_job(["task=dp_klue", "action=score", "data=sample",
+                      f"score.predictions={run_dir / 'predictions.jsonl'}"], name="score")
     assert scored["status"] == "ok", scored.get("error")
-    assert scored["metrics"] == trained["metrics"] and set(scored["metrics"]) == DP_METRICS
+    assert scored["metrics"] == trained["metrics"] and set(scored["metrics"]) == DP_METRICS | {"n_words_excluded"}
     # four columns (no HEAD, DEPREL), POS read
     unlabelled = write(tmp_path, "unlabelled.tsv", "## s1\t철수가 책을 읽었다.\n1\t철수가\t철수 가\tNNP+JKS\n"
                                                    "2\t책을\t책 을\tNNG+JKO\n3\t읽었다.\t읽 었 다 .\tVV+EP+EF+SF\n")
@@ -211,6 +211,52 @@ def test_bad_unlabelled_rows_are_still_one_line_errors(tmp_path):
         task("dp").read_file(gap, labelled=False)
     with pytest.raises(DataError, match=r"gap.tsv:1: 2 tab-separated columns, expected 6"):
         task("dp").read_file(gap)  # training and evaluation still need HEAD and DEPREL
+
+
+def test_dp_klue_leaves_words_cut_by_max_length_out_of_the_scores_as_klue_baseline():
+    """KLUE-baseline truncates ``head_ids`` with the tokens: a word past max_length is not scored.
+    task=dp scores it with the decode's guess; task=dp_klue leaves it out and counts it."""
+    tok = wordpiece(["철수", "##가", "책", "##을", "읽", "##었다", "."])
+    ex = dict(dp_example(["철수가", "책을", "읽었다."], [3, 3, 0], ["NP_SBJ", "NP_OBJ", "VP"]),
+              pos=["NNP+JKS", "NNG+JKO", "VV+EP+EF+SF"])
+    settings = EncodeSettings(max_length=6, token_type_ids=False)  # [CLS] 철수 ##가 책 ##을 [SEP]: word 3 cut
+    predicted = {"heads": [3, 3, 0], "deprels": ["NP_SBJ", "NP_OBJ", "NP"], "truncated_words": 1}
+    for name in ("dp_klue", "dp"):
+        t = task(name)
+        features = t.encode([ex], tok, settings)
+        # the ceiling: words 1 and 2 have a gold head without a state (the fallback: 2 and 3, one
+        # right), word 3 gets the fallback root (right): 2 of 3, or 1 of 2 without the cut word
+        ceiling, _ = t.ceiling(features, [ex])
+        assert ceiling["uas_micro_f1"] == pytest.approx(200 / 3 if name == "dp" else 50.0)
+        assert features["truncated_words"][0] == 1
+        assert t.decode(([[1, 1, 0]], [[3, 5, 0]]), features, [ex])[0]["truncated_words"] == 1
+        scores = t.score([predicted], [ex])  # words 1 and 2 right; word 3's relation wrong
+        if name == "dp":
+            assert scores["las_micro_f1"] == pytest.approx(200 / 3) and "n_words_excluded" not in scores
+        else:
+            assert scores["las_micro_f1"] == 100.0 and scores["n_words_excluded"] == 1
+    assert task("dp").score([{**predicted, "truncated_words": 0}], [ex]) == task("dp").score([predicted], [ex])
+    with pytest.raises(ConfigError, match="task.truncated_words=drop: choose one of guess, exclude"):
+        task("dp", "task.truncated_words=drop")
+
+
+def test_dp_klue_scores_its_own_truncated_run_as_action_score_does(run_job, tmp_path):
+    args = ["model=tiny", "data=sample", "train.max_steps=2", "train.max_length=5", "task.lstm_size=16",
+            "task.pos_dim=8"]
+    trained = run_job(["task=dp_klue", *args], name="train")
+    assert trained["status"] == "ok", trained.get("error")
+    rows = [json.loads(line) for line in open(trained["predictions_file"], encoding="utf-8")]
+    cut = sum(r["truncated_words"] for r in rows)
+    assert cut > 0 and trained["metrics"]["n_words_excluded"] == cut
+    predictions = f"score.predictions={tmp_path / 'train' / 'predictions.jsonl'}"
+    scored = run_job(["task=dp_klue", "action=score", "data=sample", predictions], name="score")
+    assert scored["metrics"] == trained["metrics"]
+    every_word = run_job(["task=dp", "action=score", "data=sample", predictions], name="score_dp")
+    assert set(every_word["metrics"]) == DP_METRICS and every_word["metrics"] != scored["metrics"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({**r, "truncated_words": -1}) + "\n" for r in rows), encoding="utf-8")
+    res = run_job(["task=dp_klue", "action=score", "data=sample", f"score.predictions={bad}"], name="bad")
+    assert res["status"] == "failed" and "truncated_words -1 is not a word count" in res["error"]
 
 
 def test_score_explains_a_dp_prediction_without_relations(run_job, tmp_path):

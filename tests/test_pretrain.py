@@ -157,7 +157,7 @@ def test_masked_only_loss_and_gradients_equal_the_full_computation(arch, tokeniz
     assert torch.equal(gold, batch["labels"][chosen])
 
 
-def test_training_masks_are_keyed_on_the_batch_place_not_the_global_rng(tokenizer, blocks):
+def test_training_masks_are_keyed_on_the_row_place_not_the_global_rng(tokenizer, blocks):
     rows = pretrain.model_rows(blocks, False)
     collator = pretrain.training_collator(tokenizer, settings(), seed=1)
     sampler, data = pretrain.EpochSampler(len(rows), seed=1), pretrain.KeyedRows(rows)
@@ -177,6 +177,9 @@ def test_training_masks_are_keyed_on_the_batch_place_not_the_global_rng(tokenize
     sampler.set_epoch(0)
     keys = list(sampler)[4:8]
     assert torch.equal(collator([data[k] for k in keys])["labels"], first[1]["labels"])
+    # a row is masked as it is whatever batch it is in: two half batches (grad_accum=2) as one
+    halves = [collator([data[k] for k in part])["labels"] for part in (keys[:2], keys[2:])]
+    assert torch.equal(torch.cat(halves), first[1]["labels"])
     # the next epoch masks every block anew
     by_row = {}
     for epoch in (0, 1):
@@ -343,6 +346,24 @@ def test_nsp_pairs_follow_bert_half_true_next_half_another_document(tokenizer):
     assert rows == pretrain.nsp_pairs(tokenizer, text, 128, seed=0)  # seeded
     with pytest.raises(pretrain.DataError, match="docs: 1 document"):
         pretrain.nsp_pairs(tokenizer, pretrain.Text(documents[0], "docs", documents[:1]), 32, seed=0)
+
+
+def test_nsp_leaves_out_sentences_that_tokenize_to_nothing_as_berts_reader(tokenizer, caplog):
+    """A zero-width-space line is no sentence (BERT's create_pretraining_data.py keeps a line only
+    if it has tokens): the pairs are those of the documents without it, and the log counts it."""
+    unique = list(dict.fromkeys(sentences()))
+    documents = [unique[i:i + 4] for i in range(0, 40, 4)]
+    with_blanks = [[d[0], "\u200b", *d[1:]] for d in documents[:3]] + [["\u200b"]] + documents[3:]
+    clean = pretrain.nsp_pairs(tokenizer, pretrain.Text([s for d in documents for s in d], "docs", documents), 64, 0)
+    with caplog.at_level("INFO", logger="kotune"):
+        rows = pretrain.nsp_pairs(tokenizer, pretrain.Text([s for d in with_blanks for s in d], "docs", with_blanks),
+                                  64, seed=0)
+    assert rows == clean
+    assert "docs: 4 sentence(s) with no token (e.g. only a zero-width space) left out, " \
+           "1 document(s) left without sentences" in caplog.text
+    with pytest.raises(pretrain.DataError, match="docs: 1 document"):  # a blank document is none
+        pretrain.nsp_pairs(tokenizer, pretrain.Text([*documents[0], "\u200b"], "docs", [documents[0], ["\u200b"]]),
+                           32, seed=0)
 
 
 def test_nsp_masked_only_loss_and_gradients_equal_bert_for_pretraining(tokenizer, tmp_path):

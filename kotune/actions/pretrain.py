@@ -71,7 +71,8 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
            "train_loss": loss, "train_steps": trainer.state.global_step, "train_runtime_s": runtime,
            "tokens_per_second": tokens_per_second(real_tokens, train_metrics, trainer.state.global_step, resumed_from),
            "initial_metrics": initial, "metrics": metrics, "resumed_from": resumed_from, "held_out_curve": curve,
-           "loss_curve": [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h],
+           "loss_curve": [{"step": h["step"], "loss": h["loss"], "grad_norm": h.get("grad_norm")}
+                          for h in trainer.state.log_history if "loss" in h],
            "data": {s: t.source for s, t in text.items()}}
     if trainer.is_world_process_zero() and cfg.save_model:
         out = os.path.join(run_dir, "model")
