@@ -44,9 +44,9 @@ from bench.pretrain_gain import METRIC, SHARED, Bench, fixed_splits, job, paired
 VOCAB = os.path.join(os.path.dirname(SHARED), "vocab", "kcbert-base")
 MODES = {  # the mode's overrides, for both parts
     "finetune": [],
-    "finetune+lld0.8": ["train.layer_lr_decay=0.8"],  # ELECTRA's decay for base models
     "lora": ["mode=lora"],
     "frozen": ["mode=frozen"],
+    "finetune+lld0.8": ["train.layer_lr_decay=0.8"],  # ELECTRA's decay for base models
 }
 GRIDS = {  # learning rates tried per mode on the selection slice (fine-tuning: pretrain_gain's grid; the
     # adapters and a head alone train at higher rates)
