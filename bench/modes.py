@@ -122,9 +122,9 @@ def quality(a, seeds: list[int]) -> dict:
         for mode, extra in MODES.items():
             tag = "_" + mode.replace("+", "_")
             grid = {float(lr): bench.score(task, "pretrained", float(lr), seeds[0], select=True, tag=tag,
-                                           extra=tuple(extra)) for lr in GRIDS[mode].split(",")}
+                                           options=tuple(extra)) for lr in GRIDS[mode].split(",")}
             lr = max(grid, key=grid.get)
-            scores = [bench.score(task, "pretrained", lr, s, tag=tag, extra=tuple(extra)) for s in seeds]
+            scores = [bench.score(task, "pretrained", lr, s, tag=tag, options=tuple(extra)) for s in seeds]
             out[(task, mode)] = {"lr": lr, "select_scores": grid, "scores": scores}
             print(f"{task:5s} {mode:16s} lr {lr:g} (held-out: " + ", ".join(f"{k:g} {v:.2f}" for k, v in grid.items())
                   + f"): {spread(scores)}", flush=True)

@@ -225,10 +225,10 @@ class Bench:
                 f"cache_dir={self.a.cache_dir}"]
 
     def finetune(self, task: str, init: str, lr: float, seed: int, select: bool = False,
-                 model_dir: str | None = None, tag: str = "", extra: tuple[str, ...] = ()) -> dict:
+                 model_dir: str | None = None, tag: str = "", options: tuple[str, ...] = ()) -> dict:
         """A fine-tuning run's results: on ``--select-split`` of the training data (``select``), or on
-        all of it, scored on the evaluation split (STS: the eval run on KLUE STS dev). ``extra``:
-        more overrides of the training run (bench/modes.py: ``mode=lora``; name them in ``tag``)."""
+        all of it, scored on the evaluation split (STS: the eval run on KLUE STS dev). ``options``:
+        more overrides of the training run (bench/ner_crf.py: ``task.crf=true``; give it a ``tag``)."""
         a = self.a
         train_data, evaluation = task_data(task, self.splits)
         model = self.model_overrides(init, model_dir or self.model_dir)
@@ -240,7 +240,7 @@ class Bench:
                    *pooling,
                    f"train.learning_rate={lr}", f"train.seed={seed}", f"train.max_steps={a.ft_steps}",
                    f"train.batch_size={a.ft_batch}", f"train.max_length={a.ft_max_length}", "train.warmup_ratio=0.1",
-                   "save_predictions=false", f"save_model={str(scored_later).lower()}", *extra], run_dir)
+                   "save_predictions=false", f"save_model={str(scored_later).lower()}", *options], run_dir)
         if scored_later:
             res = job(["action=eval", f"checkpoint={run_dir}", "task=sts", f"data.validation_file={KLUE_STS_DEV}",
                        *model, *pooling, f"train.seed={seed}", f"train.max_length={a.ft_max_length}",
@@ -301,8 +301,10 @@ def downstream_curve(bench: Bench, task: str, lr: float, final: list[float], see
     return curve + [{"step": a.pretrain_steps, "scores": final[: len(seeds)]}]
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(description: str = __doc__, out: str = "kotune_pretrain_gain") -> argparse.ArgumentParser:
+    """The pretraining recipe and fine-tuning protocol's options (bench/ner_crf.py reads the same,
+    to find the same cached pretraining); ``out``: the default ``--out`` under the temp folder."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vocab", type=int, default=2000)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
@@ -337,8 +339,12 @@ def main() -> None:
     p.add_argument("--tasks", default="hate,ner,sts")
     p.add_argument("--only-pretrain", action="store_true")
     p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
-    p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kotune_pretrain_gain"))
-    a = p.parse_args()
+    p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), out))
+    return p
+
+
+def main() -> None:
+    a = arguments().parse_args()
     for path in [*CORPUS, NER_FILE, KLUE_STS_DEV]:
         if not os.path.exists(path):
             raise SystemExit(f"skipped: {path} not found (../shared absent)")

@@ -31,7 +31,11 @@ PIPELINE = {"sequence": "text-classification", "pair": "text-classification",
 WHY_NOT = {"token_char": "it tags characters, not tokens (task.decode=char); a token classifier "
                         "cannot express a boundary inside a token",
            "span_char": "its answer edges are characters inside tokens (task.decode=char); "
-                        "a QA model's edges are tokens"}
+                        "a QA model's edges are tokens",
+           "token_crf": "a CRF (task.crf=true) decodes its tags with learned transition scores over the whole "
+                        "sentence; a token classifier tags each token on its own",
+           "token_char_crf": "it tags characters (task.decode=char) with a CRF (task.crf=true); a token "
+                             "classifier tags each token on its own"}
 
 
 def refusal(model) -> str | None:
@@ -155,6 +159,8 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
     if note:  # e.g. RE: the model never saw unmarked text, and a pipeline would feed it some
         warn(note)
         native.config.kotune_input = note
+    for key, value in input_fields(model.meta).items():  # e.g. how to window a long document
+        setattr(native.config, key, value)
     native.save_pretrained(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if model.meta.get("max_length"):
@@ -171,3 +177,9 @@ def input_note(meta: dict) -> str | None:
     """The saved task's word on the exported model's input (``Task.export_note``), if any."""
     task = TASKS.get(str(meta.get("task")))
     return task.export_note(meta.get("task_options") or {}) if task is not None else None
+
+
+def input_fields(meta: dict) -> dict:
+    """The saved task's config fields for the exported model (``Task.export_fields``)."""
+    task = TASKS.get(str(meta.get("task")))
+    return task.export_fields(meta.get("task_options") or {}) if task is not None else {}

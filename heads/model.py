@@ -61,6 +61,7 @@ class KotuneModel(nn.Module):
         self.lora = self._add_lora(lora)
         self.frozen = frozen
         self.meta = dict(meta or {})
+        self.windows = None  # task.long_text=windows: tasks.windows.WindowOptions (set by kotune.build)
         self.config = encoder.config  # Trainer and accelerate look for .config
         if frozen:
             self.encoder.requires_grad_(False)
@@ -158,17 +159,39 @@ class KotuneModel(nn.Module):
         ``num_items_in_batch`` (Trainer's): the ``loss_counts`` of the whole optimizer step the
         loss is a share of (None: this batch's own, the loss is its mean)."""
         labels = {k: inputs.pop(k) for k in self.head.label_fields if k in inputs}
-        if layer_states is None:
-            layer_states = self.layer_states(input_ids, attention_mask, token_type_ids)
-        else:  # stored in fp16: compute in the head's precision
-            layer_states = layer_states.to(next(self.head.parameters()).dtype)
-        hidden = self.mixer(layer_states)
-        logits = self.head(hidden, attention_mask, **inputs)
+        window_doc = inputs.pop("window_doc", None)
+        if window_doc is not None:  # a batch of documents, each a run of windows (heads/windows.py)
+            logits = self.document_logits(input_ids, attention_mask, token_type_ids, window_doc, inputs)
+        else:
+            logits = self.tokens_logits(input_ids, attention_mask, token_type_ids, layer_states, inputs)
         out = {"logits": logits}
         if labels and all(v is not None for v in labels.values()):
             counts = self.head.loss_counts(**labels) if num_items_in_batch is None else num_items_in_batch
             out["loss"] = mean_of_terms(self.head.loss_sums(logits, **labels), counts)
         return out
+
+    def tokens_logits(self, input_ids, attention_mask, token_type_ids, layer_states, inputs: dict):
+        if layer_states is None:
+            layer_states = self.layer_states(input_ids, attention_mask, token_type_ids)
+        else:  # stored in fp16: compute in the head's precision
+            layer_states = layer_states.to(next(self.head.parameters()).dtype)
+        return self.head(self.mixer(layer_states), attention_mask, **inputs)
+
+    def document_logits(self, input_ids, attention_mask, token_type_ids, window_doc, inputs: dict):
+        """Each document's logits, pooled over its windows; the encoder reads at most
+        ``windows.max_per_batch`` windows at a time."""
+        from heads.windows import in_chunks, pool_windows
+
+        if self.windows is None:
+            raise ConfigError("a batch of windowed documents for a model without task.long_text=windows")
+
+        def window_logits(ids, mask, types):
+            return self.head(self.encode(ids, mask, types), mask, **inputs)
+
+        recompute = self.training and torch.is_grad_enabled() and not self.frozen
+        logits = in_chunks(window_logits, [input_ids, attention_mask, token_type_ids], self.windows.max_per_batch,
+                           recompute)
+        return pool_windows(logits, window_doc, self.windows.pool)
 
     def param_counts(self) -> dict[str, int]:
         return {"trainable_params": sum(p.numel() for p in self.parameters() if p.requires_grad),

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from kotune.checkpoint import checkpoint_model_dir, read_spec
 from kotune.runtime import pad_multiple, seed_everything
 from tasks import build_task
 from tasks.base import EncodeSettings, Split, Task, encode_cached, load_splits
@@ -48,13 +49,6 @@ def make_collator(tokenizer, cfg: DictConfig):
     from tasks.collate import DynamicPaddingCollator
 
     return DynamicPaddingCollator(tokenizer.pad_token_id, pad_multiple(cfg.train))
-
-
-def checkpoint_model_dir(path: str) -> str:
-    for candidate in (path, os.path.join(path, "model")):
-        if os.path.exists(os.path.join(candidate, "kotune.json")):
-            return candidate
-    raise KotuneError(f"checkpoint={path}: no saved model there (expected {path}/model/kotune.json)")
 
 
 @dataclass
@@ -156,6 +150,14 @@ def check_checkpoint_mode(cfg: DictConfig, model, checkpoint: str, training: boo
             f"and its head, read as mode=lora")
 
 
+def use_saved_columns(task: Task, meta: dict) -> None:
+    """The columns the checkpoint's task read in training (``data.<role>_column`` or a conventional
+    name it found) are this task's defaults when it is that task: a file like the training file
+    needs no column settings; a ``data.<role>_column`` still wins (``Task.use_columns``)."""
+    if meta.get("columns") and meta.get("task") == task.name:
+        task.default_columns = dict(meta["columns"])
+
+
 def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
     """The requested task, with the options the checkpoint's model depends on taken from what was
     saved (``Task.saved_options``): a different head is an error, an encoding difference a warning
@@ -163,8 +165,11 @@ def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
     that fits (an NLI model on a text_pair file) is fine."""
     saved_head = meta.get("head")
     if saved_head and saved_head != task.head:  # e.g. QA's task.decode=char needs the span_char head
-        raise ConfigError(f"checkpoint {checkpoint} has a '{saved_head}' head; task {task.name} with these "
-                          f"options needs '{task.head}' (use the task options it was trained with)")
+        other = meta.get("task") not in (None, task.name)
+        hint = (f"leave task= out to use the checkpoint's task={meta['task']}" if other
+                else "leave the task options out: the checkpoint's apply")
+        raise ConfigError(f"task={task.name}: checkpoint {checkpoint} has a '{saved_head}' head, this task with "
+                          f"these options needs '{task.head}' ({hint})")
     saved = meta.get("task_options") or {}
     changes = {}
     for option, policy in task.saved_options.items():
@@ -210,9 +215,12 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Bui
         loaded = load_encoder_side(cfg, task, None)
         check_checkpoint_mode(cfg, loaded.model, cfg.checkpoint, "train" in need)
         task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_kind}, cfg.checkpoint)
+        use_saved_columns(task, loaded.model.meta)
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
         model = loaded.model
     else:
+        if cfg.get("checkpoint"):  # action=probe: a new head on the checkpoint's encoder
+            use_saved_columns(task, read_spec(cfg.checkpoint).get("meta") or {})
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
         if "train" in splits:
             task.fit_labels(splits["train"].examples)
@@ -223,12 +231,14 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Bui
         head_kwargs = dict(task.head_kwargs(), dropout=cfg.train.get("head_dropout"))  # None: the architecture's
         meta = {"task": task.name, "labels": task.labels, "max_length": loaded.max_length,
                 "token_type_ids": loaded.token_type_ids, "model": cfg.model.name,
-                "task_options": {k: task.cfg.get(k) for k in task.saved_options}}
+                "task_options": {k: task.cfg.get(k) for k in task.saved_options},
+                "columns": OmegaConf.to_container(task.cfg.columns) if task.cfg.get("columns") else None}
         # a checkpoint lends its encoder alone (action=probe): a LoRA adapter merged into its base
         encoder = loaded.model.bare_encoder() if loaded.model is not None else loaded.encoder
         model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
                             layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"),
                             lora=lora_settings(cfg, loaded))
+    model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/windows.py)
     settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
     features = {}
     for split, data in splits.items():
@@ -248,6 +258,9 @@ def use_frozen_cache(cfg: DictConfig, b: Built) -> None:
 
     if not cfg.get("cache_dir"):
         raise ConfigError("mode.cache=true needs cache_dir=DIR (where frozen features are stored)")
+    if b.task.windows is not None:
+        raise ConfigError("task.long_text=windows: a document is several windows, and the frozen feature cache "
+                          "(mode.cache, which action=probe reads) stores one sequence per row; set mode.cache=false")
     settings = CacheSettings(str(cfg.cache_dir), str(cfg.mode.get("cache_dtype", "float16")),
                              float(cfg.mode.get("cache_max_gb", 20)), int(cfg.train.eval_batch_size))
     identity = {"model": b.model.meta.get("model"), "tokenizer": tokenizer_fingerprint(b.tokenizer),

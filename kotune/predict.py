@@ -17,7 +17,8 @@ from tasks.log import log
 REPORT_KEYS = ("n_train", "n_eval", "n_predict", "trainable_params", "total_params", "head_params", "mix_params",
                "max_length", "layers", "indices", "scalar_mix", "pooling", "cache", "encode_s",
                "head_train_s", "train_samples_per_second", "train_loss", "eval_samples_per_second",
-               "checkpoint", "resumed_from", "best_step", "metrics_last", "predictions_file", "metrics", "data")
+               "checkpoint", "resumed_from", "best_step", "metrics_last", "early_stopping", "predictions_file",
+               "metrics", "data")
 
 
 def predict(trainer, b: Built, split: str) -> tuple[list, dict]:

@@ -15,6 +15,7 @@ from tasks.log import log
 COMPLETE = "kotune_complete.json"  # written last into a checkpoint: its absence marks a cut-short save
 # keys that do not change what training computes: another value still resumes
 RESUME_IGNORES = ("train.resume", "train.logging_steps", "train.save_strategy", "train.save_steps",
+                  "task.max_windows_per_batch",
                   "train.save_total_limit", "train.eval_batch_size", "train.dataloader_num_workers", "cache_dir",
                   "save_model", "save_predictions", "keep_going_on_bugs")
 
@@ -97,9 +98,9 @@ def train_resumable(trainer, cfg: DictConfig, run_dir: str) -> tuple[dict, float
         with open(os.path.join(resume_from, "trainer_state.json"), encoding="utf-8") as f:
             total = json.load(f).get("max_steps")
         log(f"resume: from {os.path.basename(resume_from)} of {total}")
-    if resume_from and total and int(marker["step"]) >= int(total):
-        # training had finished (Trainer would run one step more than asked when resumed there):
-        # the model it ended with, and its state (best step, evaluation history)
+    if resume_from and (marker.get("stopped") or (total and int(marker["step"]) >= int(total))):
+        # training had finished — all its steps, or stopped early (Trainer would run on when resumed
+        # there): the model it ended with, and its state (best step, evaluation history)
         restore_finished(trainer, resume_from)
         train_metrics, train_loss = {}, marker["loss_sum"] / int(marker["step"])
     else:

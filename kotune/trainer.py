@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from torch.utils.data import SequentialSampler
 from transformers import PreTrainedModel, Trainer, TrainingArguments
 
+from kotune import early_stopping
 from kotune.build import Built, make_collator
 from kotune.optim import check_layer_decay, parameter_groups
 from kotune.resume import COMPLETE, resume_identity
@@ -88,6 +89,7 @@ def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do
         save_steps=save_steps,
         save_total_limit=t.get("save_total_limit"),
         **best,
+        **early_stopping.training_arguments(cfg),  # train.early_stopping_patience: its counter resumes
         logging_steps=int(t.logging_steps),
         report_to=[n for n in loggers(cfg) if n != "tensorboard"] or "none",  # tensorboard: KotuneTrainer
         remove_unused_columns=False,  # features carry only model inputs; ids stay outside
@@ -192,8 +194,10 @@ class KotuneTrainer(Trainer):
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
             loss_sum = self._total_loss_scalar + float(self._tr_loss.item())
+            # stopped: training ends at this checkpoint (its last step, or early stopping): a rerun is finished
             write_json_atomic(os.path.join(folder, COMPLETE),
-                              {"step": self.state.global_step, "loss_sum": loss_sum, "config": self.resume_config})
+                              {"step": self.state.global_step, "loss_sum": loss_sum, "config": self.resume_config,
+                               "stopped": bool(self.control.should_training_stop)})
 
     def _load_state(self, directory: str) -> None:
         state = safetensors.torch.load_file(os.path.join(directory, "model.safetensors"))
@@ -252,6 +256,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
         layer_lr_decay=check_layer_decay(cfg.train.get("layer_lr_decay", 1.0), bool(cfg.mode.frozen)),
         resume_config=resume_identity(cfg),
         tensorboard_dir=tensorboard_dir(cfg, run_dir) if train is not None else None,
+        callbacks=early_stopping.callbacks(cfg) if train is not None else None,
     )
 
 

@@ -26,7 +26,7 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # come from the head.
 LABEL_FIELDS: dict[str, tuple[str, ...]] = {
     "sequence": ("labels",), "pair": ("labels",),
-    "token": ("labels",), "token_char": ("labels",),
+    "token": ("labels",), "token_char": ("labels",), "token_crf": ("labels",), "token_char_crf": ("labels",),
     "span": ("start_positions", "end_positions"), "span_char": ("start_positions", "end_positions"),
     "relation": ("labels",), "dependency": ("heads", "deprels"),
 }
@@ -35,6 +35,16 @@ LABEL_FIELDS: dict[str, tuple[str, ...]] = {
 # files). A task whose column map has no such role refuses the setting rather than ignore it.
 DATA_COLUMNS: dict[str, str] = {"id": "id_column", "text": "text_column", "text_pair": "text_pair_column",
                                 "label": "label_column"}
+
+
+class LabelWithProbabilities(str):
+    """A predicted label that also carries each class's probability: a plain string for metrics
+    and comparisons, the probabilities for predictions.jsonl (and RE's AUPRC in action=score)."""
+
+    def __new__(cls, label: str, probabilities: Any):
+        obj = super().__new__(cls, label)
+        obj.probabilities = probabilities
+        return obj
 
 
 def column_settings(data: DictConfig) -> dict[str, str]:
@@ -77,6 +87,9 @@ class Task:
     # tokens the task's encoding needs as new vocabulary entries (KLUE RE's <subj> markers): the
     # loader adds them to the tokenizer and resizes the encoder's embeddings (heads/encoder.py)
     special_tokens: tuple[str, ...] = ()
+    # task options only some tasks read (tasks.GUARDED_OPTIONS): another task refuses them
+    own_options: tuple[str, ...] = ()
+    windows: Any = None  # task.long_text=windows: tasks.windows.WindowOptions
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
@@ -86,6 +99,7 @@ class Task:
         self.labels: list[str] | None = list(cfg.labels) if cfg.get("labels") else None
         self.reading = ReadOptions()  # load_splits sets data.format / data.quoting here
         self.default_columns: dict = dict(cfg.get("columns") or {})
+        self.explicit_columns: set[str] = set()  # roles a data.<role>_column names (never looked up by name)
 
     # ---- reading -------------------------------------------------------------------------
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
@@ -112,6 +126,7 @@ class Task:
                 raise ConfigError(f"data.{DATA_COLUMNS[role]}={value}: task {self.name} has no {role} "
                                   f"column ({reads})")
             columns[role] = value
+        self.explicit_columns = set(column_settings(data))
         if columns:
             self.cfg.columns = columns
 
@@ -173,6 +188,11 @@ class Task:
         tokenizer, given the saved ``task_options``; None when plain text is its input."""
         return None
 
+    @classmethod
+    def export_fields(cls, options: dict) -> dict:
+        """Fields the exported config carries for that (``kotune_windows``: how to window a document)."""
+        return {}
+
     def encode_key(self) -> dict:
         """The task options that change encoding (part of the feature cache key)."""
         from omegaconf import OmegaConf
@@ -214,7 +234,10 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
     out: dict[str, Split] = {}
 
     def from_file(path: str, labelled: bool = True) -> Split:
-        return Split(task.read_file(path, labelled=labelled), {"file": path, "sha256": sha256_of(path)})
+        examples = task.read_file(path, labelled=labelled)
+        if not examples:  # a header alone, or blank lines: say so before any split or count
+            raise DataError(path, None, "no rows (the file holds no examples)")
+        return Split(examples, {"file": path, "sha256": sha256_of(path)})
 
     def from_hub(split: str) -> Split:
         hub = task.cfg.get("hub")

@@ -2,8 +2,11 @@
 ``text_cls`` / ``text_pair`` tasks for custom CSV/TSV/JSON/JSONL files.
 
 Columns come from an explicit map (``task.columns``: id, text, text_pair, label: the task's defaults,
-which ``data.<role>_column`` replaces; ``Task.use_columns``), never guessed. Labels are mapped by
-*name*: hub and KLUE-baseline label orders differ.
+which ``data.<role>_column`` replaces; ``Task.use_columns``), never guessed: a file without the
+default text column(s) is read by a conventional name only when exactly one fits
+(``tasks.io.KNOWN_TEXT_COLUMNS``: ``sentence``, ``document``; pairs ``sentence1/sentence2``,
+``premise/hypothesis``). Labels are mapped by *name*: hub and KLUE-baseline label orders differ.
+Predictions carry the input text and each label's probability.
 """
 from __future__ import annotations
 
@@ -14,25 +17,33 @@ from typing import Any, Iterable
 import numpy as np
 
 from tasks.metric_sets import classification_scores, sts_scores
-from tasks.base import EncodeSettings, Task
+from tasks.base import EncodeSettings, LabelWithProbabilities, Task
 from tasks.errors import DataError
-from tasks.io import field, read_records, require_columns
+from tasks.io import (KNOWN_PAIR_COLUMNS, KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records,
+                      require_columns)
+from tasks.windows import encode_windows, window_options
+
+PROBABILITY_DIGITS = 4  # predictions.jsonl: each label's probability, rounded for reading
 
 
 class ClassificationTask(Task):
     """[CLS] classification (``num_labels`` > 1) or regression (``task.regression: true``)."""
 
-    saved_options = {"regression": "error"}  # a regression head is not a classifier
+    # a regression head is not a classifier; a model trained on windowed documents reads them so
+    saved_options = {"regression": "error", "long_text": "saved", "window_stride": "saved", "window_pool": "saved"}
+    own_options = ("long_text", "window_stride", "window_pool", "max_windows_per_batch")
 
     def __init__(self, cfg):
         super().__init__(cfg)
         self.regression = bool(cfg.get("regression", False))
         self.head = "pair" if cfg.columns.get("text_pair") else "sequence"
+        self.windows = window_options(cfg)  # task.long_text=windows (tasks/windows.py), else None
 
     # ---- reading -------------------------------------------------------------------------
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
         cols = self.cfg.columns
         records = read_records(path, self.cfg.get("format") or self.reading.format, self.reading.quoting)
+        self._conventional_columns(path, records)
         needed = {"text": cols.text, "text_pair": cols.get("text_pair")}
         if labelled:  # a predict file may come without labels
             needed["label"] = cols.label
@@ -52,6 +63,18 @@ class ClassificationTask(Task):
                 raise DataError(path, where, f"empty label (column '{cols.label}')")
             examples.append(ex)
         return examples
+
+    def _conventional_columns(self, path: str, records: list) -> None:
+        """Text roles with neither a data.<role>_column nor their default column in the file:
+        the conventional names (tasks/io.py), recorded in ``task.columns`` (saved with the model)."""
+        roles = ("text", "text_pair") if self.head == "pair" else ("text",)
+        if not records or self.explicit_columns & set(roles):
+            return
+        known = KNOWN_PAIR_COLUMNS if self.head == "pair" else tuple((name,) for name in KNOWN_TEXT_COLUMNS)
+        found = conventional_columns(path, column_names(records), tuple(self.cfg.columns[r] for r in roles), known,
+                                     tuple(self.column_options[r] for r in roles))
+        for role, name in zip(roles, found):
+            self.cfg.columns[role] = name
 
     def read_hub(self, rows, path: str) -> list[dict]:
         cols = self.cfg.hub.columns
@@ -126,6 +149,11 @@ class ClassificationTask(Task):
             label_id = {name: i for i, name in enumerate(self.labels or [])}
             columns["labels"] = [float(ex["label"]) if self.regression else label_id[ex["label"]]
                                  for ex in examples]
+        if self.windows is not None:  # a row per document, its input a list of windows
+            labels = {"labels": columns["labels"]} if "labels" in columns else {}
+            return datasets.Dataset.from_dict({**encode_windows(tokenizer, examples, self.head == "pair",
+                                                                settings.max_length, self.windows,
+                                                                settings.token_type_ids), **labels})
         raw = datasets.Dataset.from_dict(columns)
 
         def tokenize(batch):
@@ -138,12 +166,33 @@ class ClassificationTask(Task):
                                                                 if c in columns],
                        desc=f"tokenizing {self.name}")
 
+    def encode_key(self) -> dict:
+        return {k: v for k, v in super().encode_key().items() if k != "max_windows_per_batch"}  # memory only
+
+    @classmethod
+    def export_note(cls, options: dict) -> str | None:
+        if options.get("long_text") != "windows":
+            return None
+        return (f"trained on documents cut into windows of max_length tokens sharing {options.get('window_stride')}, "
+                f"a document's logits the {options.get('window_pool')} of its windows': a pipeline truncates a longer "
+                "text instead; docs/long-documents.md has the recipe (config.kotune_windows)")
+
+    @classmethod
+    def export_fields(cls, options: dict) -> dict:
+        if options.get("long_text") != "windows":
+            return {}
+        return {"kotune_windows": {"stride": options.get("window_stride"), "pool": options.get("window_pool")}}
+
     # ---- decoding and scoring ------------------------------------------------------------
     def decode(self, predictions, features, examples: list[dict]) -> list[Any]:
-        logits = np.asarray(predictions)
+        logits = np.asarray(predictions, dtype=np.float64)
         if self.regression:
             return [float(v) for v in logits.reshape(len(logits), -1)[:, 0]]
-        return [self.labels[i] for i in logits.argmax(-1)]
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        return [LabelWithProbabilities(self.labels[i], dict(zip(self.labels, (round(float(p), PROBABILITY_DIGITS)
+                                                                                for p in row))))
+                for i, row in zip(logits.argmax(-1), probs)]
 
     def score(self, outputs: list[Any], examples: list[dict]) -> dict[str, float]:
         golds = [ex["label"] for ex in examples]
@@ -152,6 +201,15 @@ class ClassificationTask(Task):
         return classification_scores(outputs, golds, labels=self.labels)
 
     def prediction_records(self, outputs: list[Any], examples: list[dict]) -> list[dict]:
-        return [dict({"id": ex["id"], "prediction": out},
-                     **({"gold": ex["label"]} if "label" in ex else {}))
-                for out, ex in zip(outputs, examples)]
+        """The input (text, and text_pair for pairs), the prediction, each label's probability
+        (classification), and the gold label where the file has one."""
+        records = []
+        for out, ex in zip(outputs, examples):
+            record = {"id": ex["id"], "text": ex["text"]}
+            if "text_pair" in ex:
+                record["text_pair"] = ex["text_pair"]
+            record["prediction"] = out if self.regression else str(out)
+            if getattr(out, "probabilities", None) is not None:
+                record["probabilities"] = out.probabilities
+            records.append(dict(record, **({"gold": ex["label"]} if "label" in ex else {})))
+        return records

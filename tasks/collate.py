@@ -1,7 +1,8 @@
 """Dynamic padding: each batch is padded to its own longest row (rounded up to a multiple of 8
 for tensor cores), not to ``max_length``. Label sequences are padded with -100. Arrays whose first
 axis is the token axis (cached per-token encoder states) keep their dtype; float ones are padded
-with zeros."""
+with zeros. Rows whose token inputs are lists of windows (``task.long_text=windows``: a document
+per row) become one batch of windows plus ``window_doc``, each window's document in the batch."""
 from __future__ import annotations
 
 from typing import Any
@@ -25,6 +26,8 @@ class DynamicPaddingCollator:
         return IGNORE
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if rows and is_windowed(rows[0]):
+            return self.windows(rows)
         batch = {}
         for key in rows[0]:
             values = [r[key] for r in rows]
@@ -41,6 +44,16 @@ class DynamicPaddingCollator:
                 batch[key] = torch.tensor(values, dtype=dtype)
         return batch
 
+    def windows(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Documents of windows → the windows padded as rows, ``window_doc`` and the documents' other fields."""
+        keys = [k for k in WINDOWED if k in rows[0]]
+        batch = self([{k: row[k][w] for k in keys} for row in rows for w in range(len(row["input_ids"]))])
+        batch["window_doc"] = torch.tensor([d for d, row in enumerate(rows) for _ in row["input_ids"]])
+        rest = [{k: v for k, v in row.items() if k not in keys} for row in rows]
+        if rest[0]:
+            batch.update(self(rest))
+        return batch
+
     def pad_arrays(self, key: str, values: list) -> torch.Tensor:
         """[T_i, ...] arrays → one [B, T, ...] tensor, T the padded batch length. Copied in numpy:
         torch's threaded copies of many small rows are ~100× slower on a busy CPU."""
@@ -51,6 +64,15 @@ class DynamicPaddingCollator:
         for i, a in enumerate(arrays):
             out[i, : len(a)] = a
         return torch.from_numpy(out)
+
+
+WINDOWED = ("input_ids", "attention_mask", "token_type_ids")  # the inputs a windowed document has per window
+
+
+def is_windowed(row: dict[str, Any]) -> bool:
+    """A document of windows: its ``input_ids`` are a list of token lists."""
+    ids = row.get("input_ids")
+    return isinstance(ids, (list, tuple)) and bool(ids) and isinstance(ids[0], (list, tuple))
 
 
 # ---- sorted evaluation -------------------------------------------------------------------------

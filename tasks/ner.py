@@ -32,8 +32,10 @@ from tasks import metric_sets
 from tasks.log import log
 from tasks.tagging import (BIO, DECODES, LABEL_SUBWORDS, LAYOUTS, SCHEME_ALIASES, SCHEMES, align, char_label, char_slots,
                            continuation, detect_layout, detect_scheme, entity_spans, fill_uncovered, from_iob2,
-                           inside_sentence, Layout, layout, location, orphan_and_space_checks, read_lines, tag_parts,
-                           TagPresence, to_iob2, unit_tags, units_of, Warnings)
+                           inside_sentence, is_label_slot, Layout, layout, location, orphan_and_space_checks,
+                           predicted_entities, read_lines, tag_parts, TagPresence, to_iob2, unit_tags, units_of,
+                           Warnings)
+from tasks.transitions import bio_constraints, repair_bio
 
 
 # ---- the tasks -------------------------------------------------------------------------------
@@ -41,9 +43,10 @@ class TokenTask(Task):
     """Generic token classification (``token_cls``): CoNLL-style files, tag per word or character."""
 
     head = "token"
-    # decode picks the head; how units are joined and which subwords carry labels shape its input
-    # and the tag scheme auto found in the training file writes the predictions of an untagged file
-    saved_options = {"decode": "error", "join": "saved", "label_subwords": "saved", "scheme": "auto"}
+    # decode and crf pick the head; how units are joined and which subwords carry labels shape its
+    # input and the tag scheme auto found in the training file writes the predictions of an untagged file
+    saved_options = {"decode": "error", "crf": "error", "join": "saved", "label_subwords": "saved", "scheme": "auto"}
+    own_options = ("crf",)
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -54,7 +57,8 @@ class TokenTask(Task):
         if self.label_subwords not in LABEL_SUBWORDS:
             raise ConfigError(f"task.label_subwords must be one of {', '.join(LABEL_SUBWORDS)}, "
                               f"got '{self.label_subwords}'")
-        self.head = "token_char" if self.decode_mode == "char" else "token"
+        self.crf = bool(cfg.get("crf", False))  # a CRF over the emissions (heads/crf.py)
+        self.head = ("token_char" if self.decode_mode == "char" else "token") + ("_crf" if self.crf else "")
         self.join = str(cfg.get("join") or "")  # "" joins characters, " " joins words
         self.layout = str(cfg.get("layout", "auto"))
         if self.layout not in LAYOUTS:
@@ -203,6 +207,10 @@ class TokenTask(Task):
                 continue
             if "\t" not in line and not labelled:
                 presence.check(n, False)
+                if sentences == []:  # the first plain sentence: say what a tag will belong to
+                    log(f"{path}: plain sentences: a tag per {'word, split on spaces' if self.join else 'character'} "
+                        f"(task.join={self.join!r}); if the training file's units were segmented otherwise (e.g. "
+                        "morphemes), give the same units here, one per line")
                 units = units_of(line, self.join)
                 sentences.append((n, units, None, [n] * len(units)))
                 continue
@@ -234,6 +242,8 @@ class TokenTask(Task):
             tags = {t for ex in train for t in ex["tags"]}
             if self.label_subwords == "all":  # a word's later subwords learn I-X even where only B-X occurs
                 tags |= {continuation(t) for t in tags}
+            if self.crf and self.scheme != "none":  # an I-X the CRF must open as B-X (transitions.repair_bio)
+                tags |= {"B-" + t[2:] for t in tags if t.startswith("I-")}
             self.labels = sorted(tags)
 
     def check_labels(self, examples: list[dict], path: str) -> None:
@@ -255,12 +265,16 @@ class TokenTask(Task):
         kwargs = {"num_labels": len(self.labels)}
         if self.decode_mode == "char":
             kwargs["max_char_positions"] = int(self.cfg.get("max_char_positions", 16))
+        if self.crf:
+            kwargs["crf_constraints"] = bio_constraints(self.labels, self.scheme)
         return kwargs
 
     def model_columns(self, features) -> list[str]:
         keep = super().model_columns(features)
         if self.decode_mode == "char":
             keep += ["char_token_index", "char_pos_start", "char_pos_end"]
+        if self.crf:
+            keep.append("label_slots")
         return keep
 
     def encode(self, examples: list[dict], tokenizer, settings: EncodeSettings):
@@ -278,8 +292,8 @@ class TokenTask(Task):
         cols: dict[str, list] = {k: [] for k in enc.keys() if k != "offset_mapping"}
         meta: dict[str, list] = {k: [] for k in ("labels", "token_start", "token_end", "char_limit",
                                                  "unk_spans", "char_index", "char_token_index",
-                                                 "char_pos_start", "char_pos_end")}
-        warnings, n_cut, cut_chars = Warnings(), 0, 0
+                                                 "char_pos_start", "char_pos_end", "label_slots")}
+        warnings, n_cut, cut_chars, n_repaired = Warnings(), 0, 0, 0
         for i, ex in enumerate(examples):
             ids = enc["input_ids"][i]
             special = [s is None for s in enc.sequence_ids(i)]
@@ -299,13 +313,17 @@ class TokenTask(Task):
 
             if self.decode_mode == "char":
                 slots = char_slots(lay.text, al)
-                meta["labels"].append([label(c) for c, _, _, _ in slots])
-                meta["char_index"].append([c for c, _, _, _ in slots])
+                starts = [c for c, _, _, _ in slots]
+                meta["char_index"].append(starts)
                 meta["char_token_index"].append([t for _, t, _, _ in slots])
                 meta["char_pos_start"].append([p for _, _, p, _ in slots])
                 meta["char_pos_end"].append([p for _, _, _, p in slots])
             else:
-                meta["labels"].append([IGNORE if s < 0 else label(s) for s in al.token_start])
+                starts = al.token_start
+            meta["labels"].append([IGNORE if c < 0 else label(c) for c in starts])
+            if self.crf:  # the CRF's chain: the slots a tag is read from, known with tags or without
+                meta["label_slots"].append([int(c >= 0 and is_label_slot(c, lay, label_all)) for c in starts])
+                n_repaired += self._repair(meta["labels"][-1]) if "tags" in ex else 0
             meta["token_start"].append(al.token_start)
             meta["token_end"].append(al.token_end)
             meta["char_limit"].append(al.char_limit)
@@ -316,10 +334,24 @@ class TokenTask(Task):
         if n_cut:
             log(f"{n_cut} of {len(examples)} sentences exceed max_length={settings.max_length}: "
                 f"{cut_chars} characters past it are scored as predicted O")
+        if n_repaired:
+            log(f"task.crf: {n_repaired} training tag(s) I-X with no B-X/I-X slot before them (an entity starting "
+                "inside a token) open their entity as B-X, the only way the CRF's transitions allow")
         meta = {k: v for k, v in meta.items() if len(v) == len(examples)}  # char_* only with decode=char
         if not all("tags" in ex for ex in examples):
             meta.pop("labels")
         return datasets.Dataset.from_dict({**cols, **meta})
+
+    def _repair(self, row: list[int]) -> int:
+        """The labelled slots of ``row`` (label ids, -100 elsewhere) made valid IOB2 in place; returns
+        how many changed."""
+        if self.scheme == "none":
+            return 0
+        where = [k for k, v in enumerate(row) if v != IGNORE]
+        fixed, changed = repair_bio([self.labels[row[k]] for k in where])
+        for k, tag in zip(where, fixed):
+            row[k] = self.labels.index(tag)
+        return changed
 
     # ---- decoding ------------------------------------------------------------------------
     def decode(self, predictions, features, examples: list[dict]) -> list[list[str]]:
@@ -366,11 +398,18 @@ class TokenTask(Task):
                                           self.labels, entities=self.scheme != "none")
 
     def prediction_records(self, outputs: list[list[str]], examples: list[dict]) -> list[dict]:
-        """Tags written in the files' own scheme (IOBES, PER-B, ...), as they were read."""
+        """The text, its units (the words or characters each tag belongs to), the tags in the
+        files' own scheme (IOBES, PER-B, ...: as they were read), the entities they make (type,
+        text, character offsets in ``text``) and the gold tags where the file has them."""
         scheme = self.scheme or "iob2"
-        return [dict({"id": ex["id"], "text": self.text(ex), "prediction": from_iob2(out, scheme)},
-                     **({"gold": from_iob2(ex["tags"], scheme)} if "tags" in ex else {}))
-                for out, ex in zip(outputs, examples)]
+        records = []
+        for out, ex in zip(outputs, examples):
+            record = {"id": ex["id"], "text": self.text(ex), "units": list(ex["units"]),
+                      "prediction": from_iob2(out, scheme)}
+            if scheme != "none":
+                record["entities"] = predicted_entities(ex["units"], self.join, out)
+            records.append(dict(record, **({"gold": from_iob2(ex["tags"], scheme)} if "tags" in ex else {})))
+        return records
 
     # ---- pipeline ceiling ----------------------------------------------------------------
     def ceiling(self, features, examples: list[dict]) -> tuple[dict[str, float], dict]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tasks.base import LabelWithProbabilities
 from tasks.errors import DataError
 from tasks.io import file_format, read_json, read_records
 from tasks.log import warn
@@ -33,16 +34,6 @@ PROBABILITIES = "probabilities"  # per class, beside a predicted label (kotune's
 RECORD_COLUMNS = (("heads", "deprels"),)  # predictions made of several columns (DP)
 OPTIONAL_COLUMNS = ("truncated_words",)  # read with a record where the file has them (DP)
 SHOWN = 5
-
-
-class LabelWithProbabilities(str):
-    """A predicted label that also carries the file's class probabilities: a plain string for
-    every task, and AUPRC's input for RE."""
-
-    def __new__(cls, label: str, probabilities: Any):
-        obj = super().__new__(cls, label)
-        obj.probabilities = probabilities
-        return obj
 
 
 def _first(items) -> str:
@@ -126,7 +117,7 @@ def to_outputs(task, values: list[Any], examples: list[dict], path: str) -> list
     kind = task.head
     if kind in ("span", "span_char"):  # QA: an answer string
         return [{"answer": "" if v is None else str(v)} for v in values]
-    if kind in ("token", "token_char"):  # a tag per unit
+    if kind.startswith("token"):  # a tag per unit (token, token_char, with or without a CRF)
         outputs = [_tags(v) for v in values]
         for out, ex in zip(outputs, examples):
             if len(out) != len(ex["units"]):

@@ -27,15 +27,10 @@ def shared_path(rel: str) -> Path:
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    """A job's config as the command line composes it (kotune.overrides: checkpoint= included)."""
+    from kotune.overrides import compose as kotune_compose
 
-    from kotune.cli import open_dict_overrides
-
-    overrides = open_dict_overrides(overrides)
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
+    return kotune_compose(overrides, str(ROOT / "conf"))
 
 
 @pytest.fixture(scope="session")
@@ -60,8 +55,9 @@ def run_job(tmp_path, cache_dir):
     return _run
 
 
-def run_cli(args: list[str], timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``python run.py ARGS`` as a user types it."""
+def run_cli(args: list[str], timeout: int = 600, env: dict | None = None, cwd: Path | None = None
+            ) -> subprocess.CompletedProcess:
+    """``python run.py ARGS`` as a user types it (in ``cwd``: where outputs/ goes; default the repository)."""
     full_env = dict(os.environ, KOTUNE_PROGRESS="0", **(env or {}))
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd or ROOT, capture_output=True,
                           text=True, timeout=timeout, env=full_env)

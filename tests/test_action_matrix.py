@@ -1,21 +1,28 @@
-"""Every action on every task and training mode: each registered task is trained once per mode
-(``mode=finetune`` and ``mode=lora``; tiny encoder, its sample files), then every other action is
-tried against it, and each cell gives what another path gives, or refuses in one line saying why:
+"""Every action on every task and training mode: each registered task is trained once (tiny
+encoder, its sample files), then every other action is tried against it, and each cell gives what another path gives,
+or refuses in one line saying why:
 
 - a rerun of a finished run (results.json lost: a crash in the final prediction, a sweep rerunning a
   failed job) = the first run, with the plain recipe and with ``train=klue`` (best checkpoint);
 - a run resumed from an earlier checkpoint = the uninterrupted run (tests/test_resume.py kills one);
 - ``eval`` of the checkpoint = the training run's metrics;
-- ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl;
+- ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl, given
+  only ``checkpoint=`` (task, task options, columns and model come from the checkpoint);
 - ``score`` of the run's own predictions.jsonl = the training run's metrics;
 - ``export`` writes the native class, or refuses in one line; ``ceiling`` and ``embed`` run;
 - ``probe`` (frozen heads on two layer choices of one encoding) runs on the trained encoder;
-- ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind; LoRA
-  from it too for ``LORA_FROM_PRETRAINING``, read back by ``eval``).
+- ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind).
 
-``mode=lora`` runs on one task per head kind (``matrix_runs``), its ``train=klue`` recipe (select_best)
-on ``KLUE_RECIPE_LORA`` only: the best checkpoint's path differs between modes only in what a
-checkpoint holds, which the plain recipe already covers.
+Options that change a task's model go through the same cells as variants of their task
+(``VARIANTS``): documents as windows (``task.long_text=windows``, a pair's second text), a CRF
+(``task.crf``, on subwords and on characters); their ``train=klue`` runs stop early
+(``train.early_stopping_patience``), so the rerun cell checks that a stopped run's rerun equals it.
+
+``mode=lora`` goes through every cell as a variant too, on one task per head kind (``LORA``: what
+LoRA changes is the encoder under the head; tasks that share a head differ in reading and decoding,
+which no mode touches), its ``train=klue`` recipe on ``KLUE_RECIPE_LORA`` only (the best checkpoint's
+path differs between modes only in what a checkpoint holds, which the plain recipe covers); LoRA also
+starts from ``pretrain``'s model for ``LORA_FROM_PRETRAINING``, read back by ``eval``.
 """
 from __future__ import annotations
 
@@ -32,8 +39,15 @@ SMALL = ["data=sample", "train.batch_size=16", "train.logging_steps=1"]
 TINY = ["model=tiny", *SMALL]
 PLAIN = TINY + ["train.max_steps=6", "train.save_strategy=steps", "train.save_steps=2", "train.save_total_limit=null"]
 KLUE = TINY + ["train=klue", "train.epochs=1"]  # select_best: evaluations 4 times per epoch, the best kept
-COMPARED = ("metrics", "train_loss", "best_step", "metrics_last")
-MODES = ("finetune", "lora")
+COMPARED = ("metrics", "train_loss", "best_step", "metrics_last", "early_stopping")
+# variant → (its task, the options it trains and is used with); its klue run also stops early
+VARIANTS = {
+    "text_pair+windows": ("text_pair", ["task.long_text=windows", "train.max_length=18", "task.window_stride=1",
+                                        "task.max_windows_per_batch=8"]),
+    "ner+crf": ("ner", ["task.crf=true"]),
+    "token_cls+crf+char": ("token_cls", ["task.crf=true", "task.decode=char"]),
+}
+EARLY_STOPPING = ["train.early_stopping_patience=1"]
 KLUE_RECIPE_LORA = ("nli",)
 LORA_FROM_PRETRAINING = "nli"
 
@@ -52,6 +66,9 @@ def one_task_per_head() -> list[str]:
     for name in registered_tasks():
         first.setdefault(build_task(compose([f"task={name}"]).task).head, name)
     return sorted(first.values())
+
+
+LORA = {f"{task}+lora": (task, ["mode=lora"]) for task in one_task_per_head()}
 
 
 def job(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
@@ -160,35 +177,35 @@ def sample(task_name: str, split: str) -> Path:
 
 
 # ---- one training per task, shared by every cell ---------------------------------------------
-def matrix_runs() -> list[tuple[str, str]]:
-    """Every task fine-tuned; LoRA on one task per head kind (what LoRA changes is the encoder under
-    the head: tasks that share a head differ in reading and decoding, which no mode touches)."""
-    return [(task, "finetune") for task in registered_tasks()] + [(task, "lora") for task in one_task_per_head()]
-
-
-@pytest.fixture(scope="module", params=matrix_runs(), ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(scope="module", params=registered_tasks() + list(VARIANTS) + list(LORA))
 def trained(request, tmp_path_factory, cache_dir):
-    task, mode = request.param
-    root = tmp_path_factory.mktemp(f"matrix-{task}-{mode}")
-    recipes = {"plain": [*PLAIN, f"mode={mode}"]}
-    if mode == "finetune" or task in KLUE_RECIPE_LORA:
-        recipes["klue"] = [*KLUE, f"mode={mode}"]
-    runs = {name: ok(job([f"task={task}", *overrides], root / name, cache_dir)) for name, overrides in recipes.items()}
+    task, options = {**VARIANTS, **LORA}.get(request.param, (request.param, []))
+    lora = request.param in LORA
+    root = tmp_path_factory.mktemp(f"matrix-{request.param}")
+    recipes = {"plain": [f"task={task}", *options, *PLAIN]}
+    if not lora or task in KLUE_RECIPE_LORA:
+        recipes["klue"] = [f"task={task}", *options, *KLUE, *(EARLY_STOPPING if options and not lora else [])]
+    runs = {name: ok(job(overrides, root / name, cache_dir)) for name, overrides in recipes.items()}
     if "klue" in runs:
-        assert runs["klue"]["best_step"] is not None and runs["klue"]["metrics_last"] is not None
-    if mode == "lora":  # the adapter and head only: the encoder's weights stay out of every checkpoint
+        klue = runs["klue"]
+        assert klue["best_step"] is not None and klue["metrics_last"] is not None
+        assert (klue["early_stopping"] is not None) == (bool(options) and not lora)
+        assert not options or lora or klue["early_stopping"]["stopped_early"]  # so the rerun cell reruns a stopped run
+    if lora:  # the adapter and head only: the encoder's weights stay out of every checkpoint
         assert runs["plain"]["trainable_params"] < runs["plain"]["total_params"]
         saved = load_file(str(root / "plain" / "checkpoints" / "checkpoint-6" / "model.safetensors"))
         encoder_keys = [k for k in saved if k.startswith("encoder.")]
         assert encoder_keys and all("lora_" in k or "trainable_tokens" in k for k in encoder_keys), encoder_keys
         assert not (root / "plain" / "model" / "encoder").exists() and (root / "plain" / "model" / "adapter").is_dir()
-    return {"task": task, "mode": mode, "root": root, "recipes": recipes, **runs, "cache": cache_dir}
+    # every other cell runs the task with the variant's options
+    return {"task": task, "options": [f"task={task}", *options], "root": root, **runs,
+            "mode": "lora" if lora else "finetune", "recipes": recipes, "cache": cache_dir}
 
 
 def test_rerun_of_a_finished_run_gives_the_first_result(trained):
     for recipe, overrides in trained["recipes"].items():
         run_dir = copy_run(trained["root"] / recipe, trained["root"] / f"rerun-{recipe}")
-        again = ok(job([f"task={trained['task']}", *overrides], run_dir, trained["cache"]))
+        again = ok(job(overrides, run_dir, trained["cache"]))
         assert again["resumed_from"] is not None  # it did find the finished training
         same(again, trained[recipe])
         assert predictions(run_dir) == predictions(trained["root"] / recipe)
@@ -196,31 +213,33 @@ def test_rerun_of_a_finished_run_gives_the_first_result(trained):
 
 def test_a_resumed_run_ends_where_the_uninterrupted_one_ends(trained):
     run_dir = copy_run(trained["root"] / "plain", trained["root"] / "resumed", keep_checkpoints=2)
-    again = ok(job([f"task={trained['task']}", *trained["recipes"]["plain"]], run_dir, trained["cache"]))
+    again = ok(job(trained["recipes"]["plain"], run_dir, trained["cache"]))
     assert again["resumed_from"] == 2
     same(again, trained["plain"])
 
 
 def test_eval_of_the_checkpoint_gives_the_training_runs_metrics(trained):
     run = trained["root"] / "plain"
-    res = ok(job([f"task={trained['task']}", *TINY, "action=eval", f"checkpoint={run}"],
+    res = ok(job([*trained["options"], *TINY, "action=eval", f"checkpoint={run}"],
                  trained["root"] / "eval", trained["cache"]))
     same(res, trained["plain"], keys=("metrics",))
 
 
 def test_predict_without_labels_gives_the_training_runs_predictions(trained):
+    """Neither task= nor model= given: the checkpoint's task, task options, columns and model apply."""
     task = trained["task"]
     unlabelled = unlabelled_dev(task, sample(task, "validation"), trained["root"])
     out = trained["root"] / "predict"
-    res = job([f"task={task}", *TINY, "action=predict", f"checkpoint={trained['root'] / 'plain'}",
-               f"data.predict_file={unlabelled}"], out, trained["cache"])
+    res = job(["action=predict", f"checkpoint={trained['root'] / 'plain'}", f"data.predict_file={unlabelled}"],
+              out, trained["cache"])
     ok(res)
+    assert (res["task"], res["model"], res["mode"]) == (task, "tiny", trained["mode"])
     assert predictions(out) == predictions(trained["root"] / "plain")
 
 
 def test_score_of_the_runs_own_predictions_gives_its_metrics(trained):
     task = trained["task"]
-    res = ok(job([f"task={task}", *TINY, "action=score", f"data.validation_file={sample(task, 'validation')}",
+    res = ok(job([*trained["options"], *TINY, "action=score", f"data.validation_file={sample(task, 'validation')}",
                   f"score.predictions={trained['root'] / 'plain' / 'predictions.jsonl'}"],
                  trained["root"] / "score", trained["cache"]))
     same(res, trained["plain"], keys=("metrics",))
@@ -229,7 +248,7 @@ def test_score_of_the_runs_own_predictions_gives_its_metrics(trained):
 def test_export_writes_the_native_class_or_refuses_in_one_line(trained):
     from transformers import AutoConfig
 
-    res = job([f"task={trained['task']}", *TINY, "action=export", f"checkpoint={trained['root'] / 'plain'}"],
+    res = job([*trained["options"], *TINY, "action=export", f"checkpoint={trained['root'] / 'plain'}"],
               trained["root"] / "export", trained["cache"])
     if res["status"] == "ok":
         config = AutoConfig.from_pretrained(res["export_dir"])
@@ -241,7 +260,7 @@ def test_export_writes_the_native_class_or_refuses_in_one_line(trained):
 
 def test_ceiling_runs_or_refuses_in_one_line(trained):
     task = trained["task"]
-    res = job([f"task={task}", *TINY, "action=ceiling"], trained["root"] / "ceiling", trained["cache"])
+    res = job([*trained["options"], *TINY, "action=ceiling"], trained["root"] / "ceiling", trained["cache"])
     if res["status"] == "ok":
         assert res["metrics"].get(compose([f"task={task}"]).task.main_metric) is not None
     else:
@@ -251,15 +270,19 @@ def test_ceiling_runs_or_refuses_in_one_line(trained):
 def test_embed_with_the_checkpoint(trained):
     texts = trained["root"] / "texts.txt"
     texts.write_text("서울에서 회의가 열렸다.\n오늘 날씨가 맑다.\n", encoding="utf-8")
-    embedded = ok(job([f"task={trained['task']}", *TINY, "action=embed", f"checkpoint={trained['root'] / 'plain'}",
+    embedded = ok(job([*trained["options"], *TINY, "action=embed", f"checkpoint={trained['root'] / 'plain'}",
                        f"embed.input={texts}"], trained["root"] / "embed", trained["cache"]))
     assert embedded["n_texts"] == 2 and embedded["dim"] > 0
 
 
 def test_probe_with_the_checkpoints_encoder(trained):
-    res = ok(job([f"task={trained['task']}", *TINY, "mode=frozen", "action=probe", "train.max_steps=2",
-                  "probe.choices=[0,scalar_mix]", f"checkpoint={trained['root'] / 'plain'}"],
-                 trained["root"] / "probe", trained["cache"]))
+    res = job([*trained["options"], *TINY, "mode=frozen", "action=probe", "train.max_steps=2",
+               "probe.choices=[0,scalar_mix]", f"checkpoint={trained['root'] / 'plain'}"],
+              trained["root"] / "probe", trained["cache"])
+    if "task.long_text=windows" in trained["options"]:  # the frozen cache probe reads holds one sequence per row
+        assert "frozen feature cache" in refused_in_one_line(res)
+        return
+    ok(res)
     assert [row["choice"] for row in res["probe"]["rows"]] == ["0", "scalar_mix"]
     assert (trained["root"] / "probe" / "probe.png").exists()
 

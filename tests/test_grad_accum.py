@@ -93,6 +93,9 @@ FINE_TUNING = {  # a task per head kind, on its sample files; rows chosen for a 
     "token": ["task=token_cls", "data.max_train_samples=22"],
     "span": ["task=korquad", "data.max_train_samples=16", "task.max_length=128", "task.doc_stride=32"],
     "dependency": ["task=dp", "data.max_train_samples=14"],
+    "token_crf": ["task=ner", "task.crf=true", "data.max_train_samples=22"],  # sentences' NLL over their slots
+    "windows": ["task=text_cls", "task.long_text=windows", "train.max_length=8", "task.window_stride=2",
+                "data.max_train_samples=22"],  # documents' losses, windows as many as they have
 }
 
 

@@ -153,7 +153,8 @@ def test_token_tasks_predict_plain_text_one_sentence_per_line(setup, join, train
     plain.write_text("".join(s + "\n" for s in sentences_of(dev_file(setup), join)), encoding="utf-8")
     got = predict(setup, trained(setup), plain, cache_dir)
     assert [r["id"] for r in got] == [f"sentences.txt:{n}" for n in range(1, len(got) + 1)]
-    assert all(set(r) == {"id", "text", "prediction"} for r in got)
+    assert all(set(r) == {"id", "text", "units", "prediction", "entities"} for r in got)
+    assert all(len(r["units"]) == len(r["prediction"]) and join.join(r["units"]) == r["text"] for r in got)
     assert text_and_prediction(got) == text_and_prediction(records(trained(setup)))
 
 
@@ -179,7 +180,10 @@ def test_unlabelled_token_file_is_written_in_the_training_files_tag_scheme(tmp_p
     examples = predictor.read_file(str(tmp_path / "predict.conll"), labelled=False)
     assert [ex["units"] for ex in examples] == [["도담", "대학교", "김"]] and "tags" not in examples[0]
     assert predictor.prediction_records([["B-ORG", "I-ORG", "B-PER"]], examples) == [
-        {"id": "predict.conll:1", "text": "도담 대학교 김", "prediction": ["B-ORG", "E-ORG", "S-PER"]}]
+        {"id": "predict.conll:1", "text": "도담 대학교 김", "units": ["도담", "대학교", "김"],
+         "prediction": ["B-ORG", "E-ORG", "S-PER"],
+         "entities": [{"type": "ORG", "text": "도담 대학교", "start": 0, "end": 6},
+                      {"type": "PER", "text": "김", "start": 7, "end": 8}]}]
 
 
 def test_null_answers_found_in_training_decode_an_unlabelled_file():

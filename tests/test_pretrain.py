@@ -490,7 +490,7 @@ def test_bad_input_is_one_line_naming_the_file(case, tmp_path, run_job):
         want = f"{path}:3: not UTF-8"
     elif case == "column":
         path = tmp_path / "texts.csv"
-        path.write_text("sentence\n안녕하세요\n반갑습니다\n", encoding="utf-8")
+        path.write_text("comment\n안녕하세요\n반갑습니다\n", encoding="utf-8")  # sentence would be read (a conventional name)
         want = f"{path}:2: missing field 'text'"
     else:
         path = corpus(tmp_path)

@@ -7,7 +7,7 @@ import os
 
 from omegaconf import DictConfig
 
-from kotune.build import checkpoint_model_dir
+from kotune.checkpoint import checkpoint_model_dir
 from tasks.errors import ConfigError
 from tasks.log import log
 

@@ -1,0 +1,110 @@
+"""A CRF for token tagging (``task.crf=true``): IOB2's invalid moves are forbidden and stay so through
+training, Viterbi decodes over the label slots only, gold tags that break IOB2 per token are opened
+as B-X, and a task without tags refuses the option in one line."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import compose, run_cli
+
+LABELS = ["B-PS", "I-PS", "B-LC", "I-LC", "O"]
+
+
+def test_iob2_forbids_inside_tags_at_the_start_after_o_and_after_another_type():
+    from tasks.transitions import bio_constraints, repair_bio
+
+    c = bio_constraints(LABELS)
+    named = {(LABELS[i], LABELS[j]) for i, j in c["transitions"]}
+    assert [LABELS[j] for j in c["start"]] == ["I-PS", "I-LC"]
+    assert named == {("O", "I-PS"), ("B-LC", "I-PS"), ("I-LC", "I-PS"), ("O", "I-LC"), ("B-PS", "I-LC"),
+                     ("I-PS", "I-LC")}
+    assert bio_constraints(["NOUN", "VERB"], "none") == {"start": [], "transitions": []}
+    assert repair_bio(["I-PS", "I-PS", "O", "I-LC", "B-PS", "I-LC"]) == (
+        ["B-PS", "I-PS", "O", "B-LC", "B-PS", "B-LC"], 3)
+
+
+def crf_layer():
+    import torch
+
+    from heads.crf import ChainCRF
+    from tasks.transitions import bio_constraints
+
+    torch.manual_seed(0)
+    return ChainCRF(len(LABELS), bio_constraints(LABELS))
+
+
+def test_viterbi_never_takes_a_forbidden_move_and_reads_only_the_slots():
+    import torch
+
+    crf = crf_layer()
+    o, b_ps, i_ps = LABELS.index("O"), LABELS.index("B-PS"), LABELS.index("I-PS")
+    # position by position the scores prefer I-PS at the start and I-PS right after O: both invalid
+    emissions = torch.zeros(1, 5, len(LABELS))
+    emissions[0, 0, i_ps], emissions[0, 0, b_ps] = 5.0, 4.0
+    emissions[0, 1, o] = 5.0  # not a slot (a word's later subword): the chain skips it
+    emissions[0, 2, i_ps], emissions[0, 2, o] = 3.0, 2.0
+    emissions[0, 3, o], emissions[0, 4, i_ps], emissions[0, 4, b_ps] = 5.0, 5.0, 4.5
+    slots = torch.tensor([[True, False, True, True, True]])
+    out = crf.viterbi(emissions, slots)
+    path = out[0].argmax(-1).tolist()
+    assert [LABELS[t] for t in (path[0], path[2], path[3], path[4])] == ["B-PS", "I-PS", "O", "B-PS"]
+    assert torch.equal(out[0, 1], emissions[0, 1])  # a non-slot keeps its emissions
+    assert out[0, [0, 2, 3, 4]].sum(-1).tolist() == [1.0] * 4  # one-hot on the slots
+
+
+def test_forbidden_moves_stay_forbidden_after_optimizer_steps_with_weight_decay():
+    import torch
+
+    from heads.crf import FORBIDDEN
+
+    crf = crf_layer()
+    optimizer = torch.optim.AdamW(crf.parameters(), lr=0.5, weight_decay=0.1)
+    labels = torch.tensor([[LABELS.index(t) for t in ("B-PS", "I-PS", "O", "B-LC")]])
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss = crf.nll(torch.randn(1, 4, len(LABELS)), labels)
+        loss.backward()
+        optimizer.step()
+    assert torch.isfinite(loss)
+    force = crf.parameters_in_force()
+    assert (force["transitions"][crf.forbidden_moves] == FORBIDDEN).all()
+    assert (force["start_transitions"][crf.forbidden_start] == FORBIDDEN).all()
+    assert (force["transitions"][~crf.forbidden_moves] != FORBIDDEN).all()
+
+
+def test_the_likelihood_is_pytorch_crfs_over_the_packed_slots():
+    import torch
+    from torch.func import functional_call
+
+    crf = crf_layer()
+    emissions = torch.randn(2, 6, len(LABELS))
+    labels = torch.tensor([[-100, 0, 1, -100, 4, -100], [-100, 4, 2, 3, -100, -100]])
+    packed = torch.stack([emissions[0, [1, 2, 4]], torch.cat([emissions[1, [1, 2, 3]]])])
+    tags = torch.tensor([[0, 1, 4], [4, 2, 3]])
+    expected = -functional_call(crf.crf, crf.parameters_in_force(), (packed, tags, torch.ones(2, 3, dtype=torch.bool)))
+    assert crf.nll(emissions, labels).item() == pytest.approx(expected.item(), abs=1e-5)  # summed over rows
+
+
+def test_gold_tags_that_break_iob2_per_token_open_their_entity(cache_dir):
+    """An entity that starts inside a token: the token takes its first character's O and the next
+    token I-PS, which the CRF's transitions forbid; the label becomes B-PS (and slots mark the chain)."""
+    from transformers import BertTokenizerFast
+
+    from tasks import build_task
+    from tasks.base import EncodeSettings
+
+    task = build_task(compose(["task=ner", "task.crf=true"]).task)
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "가나", "##다"])},
+                                  do_lower_case=False)  # cased: lowercasing decomposes Hangul
+    example = {"id": "s0", "source": "x.tsv", "line": 1, "units": ["가", "나", "다"], "tags": ["O", "B-PS", "I-PS"]}
+    features = task.encode([example], tokenizer, EncodeSettings(max_length=16))
+    assert [task.labels[i] if i >= 0 else None for i in features["labels"][0]] == [None, "O", "B-PS", None]
+    assert features["label_slots"][0] == [0, 1, 1, 0]
+    assert task.head == "token_crf" and "label_slots" in task.model_columns(features)
+
+
+def test_a_crf_on_a_task_without_tags_is_refused_in_one_line(tmp_path):
+    proc = run_cli(["task=text_cls", "model=tiny", "data=sample", "task.crf=true", f"hydra.run.dir={tmp_path}"])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-1500:]
+    assert "task.crf=true: task text_cls has no such option" in errors[0] and "task=ner" in errors[0]
