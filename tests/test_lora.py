@@ -66,7 +66,7 @@ def test_checkpoints_of_another_mode_are_told_apart(lora_run, run_job, tmp_path)
     asked = one_line_error(run_job([*RE, *TINY, "mode=lora", "action=eval", f"checkpoint={tmp_path / 'full'}"],
                                    "lora_of_full"))
     assert "saved by mode=finetune" in asked and "/encoder" in asked
-    continued = one_line_error(run_job([*RE, *TINY, f"checkpoint={lora}"], "full_of_lora"))
+    continued = one_line_error(run_job([*RE, *TINY, "mode=finetune", f"checkpoint={lora}"], "full_of_lora"))
     assert "saved by mode=lora" in continued and "mode=lora" in continued and "action=export" in continued
     for path in (lora, lora / "model"):
         start = one_line_error(run_job([*RE, "model=klue", f"model.name_or_path={path}", *TINY[1:], "mode=lora"],
