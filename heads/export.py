@@ -110,7 +110,10 @@ def native_config(model, labels: list[str] | None = None):
     config.num_labels = num_labels
     if kind in ("sequence", "pair", "token"):
         config.classifier_dropout = float(model.head_kwargs.get("dropout", config.hidden_dropout_prob))
-    if kind in ("sequence", "pair") and num_labels == 1:
+    if kind in ("sequence", "pair") and model.head_kwargs.get("multi_label"):
+        # a sigmoid per label: the pipeline's default function, and BCE as the native loss
+        config.problem_type = "multi_label_classification"
+    elif kind in ("sequence", "pair") and num_labels == 1:
         config.problem_type = "regression"  # the pipeline then returns the raw score, no sigmoid
     if labels and kind != "span" and len(labels) == num_labels:
         config.id2label = {i: str(name) for i, name in enumerate(labels)}
@@ -155,6 +158,10 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
 
         model.encoder, model.lora = merged_exactly(model.encoder, model_dir), None
     native = to_native(model, model.meta.get("labels"))
+    thresholds = (model.meta.get("task_options") or {}).get("threshold")
+    if model.head_kwargs.get("multi_label") and isinstance(thresholds, list):
+        # the decision the model was trained (or tuned) with: label predicted at probability ≥ its threshold
+        native.config.kotune_thresholds = dict(zip(native.config.id2label.values(), thresholds))
     note = input_note(model.meta)
     if note:  # e.g. RE: the model never saw unmarked text, and a pipeline would feed it some
         warn(note)
@@ -170,7 +177,8 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
         tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names
     tokenizer.save_pretrained(out_dir)
     return {"export_dir": out_dir, "native_class": type(native).__name__, "pipeline": PIPELINE[model.head_kind],
-            "num_labels": native.config.num_labels, "input_note": note, "lora_merged": merged}
+            "num_labels": native.config.num_labels, "problem_type": native.config.problem_type, "input_note": note,
+            "lora_merged": merged}
 
 
 def input_note(meta: dict) -> str | None:

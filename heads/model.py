@@ -193,6 +193,23 @@ class KotuneModel(nn.Module):
                            recompute)
         return pool_windows(logits, window_doc, self.windows.pool)
 
+    def weighting_refusal(self) -> str | None:
+        """Why ``train.class_weights`` cannot apply to this model's head, or None when it can."""
+        from heads.loss import WeightedCrossEntropy
+
+        if not isinstance(self.head, WeightedCrossEntropy):
+            return f"the {self.head_kind} head's loss has no class weights (the sequence, pair and token heads' do)"
+        why = self.head.weighting()
+        return f"the {self.head_kind} head cannot weight classes: {why}" if why else None
+
+    def set_class_weights(self, weights: list[float]) -> None:
+        """``train.class_weights``: each class's term in the head's loss, kept with the head's arguments."""
+        why = self.weighting_refusal()
+        if why:
+            raise ConfigError(f"train.class_weights: {why}")
+        self.head.set_class_weights(weights)
+        self.head_kwargs["class_weights"] = [float(w) for w in weights]
+
     def param_counts(self) -> dict[str, int]:
         return {"trainable_params": sum(p.numel() for p in self.parameters() if p.requires_grad),
                 "total_params": sum(p.numel() for p in self.parameters()),

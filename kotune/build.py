@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kotune.checkpoint import checkpoint_model_dir, read_spec
 from kotune.runtime import pad_multiple, seed_everything
+from kotune.weighting import apply_class_weights, check_class_weights
 from tasks import build_task
 from tasks.base import EncodeSettings, Split, Task, encode_cached, load_splits
 from tasks.errors import ConfigError, KotuneError
@@ -198,6 +199,7 @@ class Built:
     def __init__(self, task: Task, splits: dict[str, Split], tokenizer, model, features: dict, max_length: int):
         self.task, self.splits, self.tokenizer, self.model = task, splits, tokenizer, model
         self.features, self.max_length = features, max_length
+        self.class_weights: dict | None = None  # train.class_weights: {label: {count, weight}} (kotune/weighting.py)
         # what Trainer reads per split: the model columns, or with them cached frozen states
         self.inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
         self.cache_report: dict = {}
@@ -222,8 +224,8 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Bui
         if cfg.get("checkpoint"):  # action=probe: a new head on the checkpoint's encoder
             use_saved_columns(task, read_spec(cfg.checkpoint).get("meta") or {})
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
-        if "train" in splits:
-            task.fit_labels(splits["train"].examples)
+        if "train" in splits:  # the training data, with any slice held out to tune a decision on
+            task.fit_labels([ex for s in ("train", "tune") if s in splits for ex in splits[s].examples])
             if "validation" in splits:
                 task.check_labels(splits["validation"].examples, splits["validation"].where)
         first = splits.get("train") or next(iter(splits.values()))
@@ -239,12 +241,15 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Bui
                             layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"),
                             lora=lora_settings(cfg, loaded))
     model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/windows.py)
+    fresh_head = not cfg.get("checkpoint") or new_head
+    check_class_weights(cfg, model, task.name, fresh_head)
     settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
     features = {}
     for split, data in splits.items():
         log(f"encoding {split}: {len(data.examples)} examples")
         features[split] = encode_cached(task, data.examples, loaded.tokenizer, settings, cfg.cache_dir)
     built = Built(task, splits, loaded.tokenizer, model, features, loaded.max_length)
+    built.class_weights = apply_class_weights(cfg, model, task.labels, features.get("train"), fresh_head)
     if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint") or new_head):
         use_frozen_cache(cfg, built)
     return built

@@ -18,7 +18,7 @@ import numpy as np
 
 from tasks.metric_sets import classification_scores, sts_scores
 from tasks.base import EncodeSettings, LabelWithProbabilities, Task
-from tasks.errors import DataError
+from tasks.errors import ConfigError, DataError
 from tasks.io import (KNOWN_PAIR_COLUMNS, KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records,
                       require_columns)
 from tasks.windows import encode_windows, window_options
@@ -29,8 +29,10 @@ PROBABILITY_DIGITS = 4  # predictions.jsonl: each label's probability, rounded f
 class ClassificationTask(Task):
     """[CLS] classification (``num_labels`` > 1) or regression (``task.regression: true``)."""
 
-    # a regression head is not a classifier; a model trained on windowed documents reads them so
-    saved_options = {"regression": "error", "long_text": "saved", "window_stride": "saved", "window_pool": "saved"}
+    # a regression head is not a classifier, nor a sigmoid per label (task=multi_label) a softmax; a
+    # model trained on windowed documents reads them so
+    saved_options = {"regression": "error", "multi_label": "error", "long_text": "saved", "window_stride": "saved",
+                     "window_pool": "saved"}
     own_options = ("long_text", "window_stride", "window_pool", "max_windows_per_batch")
 
     def __init__(self, cfg):
@@ -44,9 +46,9 @@ class ClassificationTask(Task):
         cols = self.cfg.columns
         records = read_records(path, self.cfg.get("format") or self.reading.format, self.reading.quoting)
         self._conventional_columns(path, records)
-        needed = {"text": cols.text, "text_pair": cols.get("text_pair")}
+        needed = {"text": cols.text, "text_pair": cols.get("text_pair"), "group": cols.get("group")}
         if labelled:  # a predict file may come without labels
-            needed["label"] = cols.label
+            needed.update(self.label_columns())
         require_columns(path, records, needed, self.column_options)
         examples = []
         for where, row in records:
@@ -56,13 +58,28 @@ class ClassificationTask(Task):
             ex["text"] = self._text(path, where, field(path, where, row, cols.text))
             if cols.get("text_pair"):
                 ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair))
-            raw = field(path, where, row, cols.label, required=labelled)
-            if raw is not None and raw != "":
-                ex["label"] = self._label(path, where, raw)
-            elif labelled:
-                raise DataError(path, where, f"empty label (column '{cols.label}')")
+            if cols.get("group"):  # data.group_column: rows that stay on one side of any split
+                ex["group"] = str(field(path, where, row, cols.group))
+            self.read_label(path, where, row, ex, labelled)
             examples.append(ex)
         return examples
+
+    def label_columns(self) -> dict[str, str]:
+        """Role → the column a labelled file must have."""
+        column = self.cfg.columns.label
+        if not isinstance(column, str):
+            raise ConfigError(f"data.label_column={list(column)} names several columns: one label per text "
+                              f"comes from one column (a label set from several: task=multi_label)")
+        return {"label": column}
+
+    def read_label(self, path: str, where: str, row: dict, ex: dict, labelled: bool) -> None:
+        """``ex["label"]`` from the row (absent in an unlabelled predict file)."""
+        column = self.label_columns()["label"]
+        raw = field(path, where, row, column, required=labelled)
+        if raw is not None and raw != "":
+            ex["label"] = self._label(path, where, raw)
+        elif labelled:
+            raise DataError(path, where, f"empty label (column '{column}')")
 
     def _conventional_columns(self, path: str, records: list) -> None:
         """Text roles with neither a data.<role>_column nor their default column in the file:
@@ -146,9 +163,7 @@ class ClassificationTask(Task):
         if self.head == "pair":
             columns["text_pair"] = [ex["text_pair"] for ex in examples]
         if all("label" in ex for ex in examples):
-            label_id = {name: i for i, name in enumerate(self.labels or [])}
-            columns["labels"] = [float(ex["label"]) if self.regression else label_id[ex["label"]]
-                                 for ex in examples]
+            columns["labels"] = self.label_values(examples)
         if self.windows is not None:  # a row per document, its input a list of windows
             labels = {"labels": columns["labels"]} if "labels" in columns else {}
             return datasets.Dataset.from_dict({**encode_windows(tokenizer, examples, self.head == "pair",
@@ -165,6 +180,13 @@ class ClassificationTask(Task):
         return raw.map(tokenize, batched=True, remove_columns=[c for c in ("text", "text_pair")
                                                                 if c in columns],
                        desc=f"tokenizing {self.name}")
+
+    def label_values(self, examples: list[dict]) -> list:
+        """The ``labels`` column: a class id per example (a float for regression)."""
+        if self.regression:
+            return [float(ex["label"]) for ex in examples]
+        label_id = {name: i for i, name in enumerate(self.labels or [])}
+        return [label_id[ex["label"]] for ex in examples]
 
     def encode_key(self) -> dict:
         return {k: v for k, v in super().encode_key().items() if k != "max_windows_per_batch"}  # memory only

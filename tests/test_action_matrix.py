@@ -147,6 +147,7 @@ UNLABELLED = {
     "sts": lambda p, o: _json_without(p, o, ("labels", "annotations")),
     "re": lambda p, o: _json_without(p, o, ("label",)),
     "text_pair": None,  # JSONL: below
+    "multi_label": None,  # by column name: below
     "text_cls": lambda p, o: _columns_without(p, o, (-1,), keep_header=True),
     "ner": lambda p, o: _columns_without(p, o, (-1,), keep_header=False),
     "token_cls": lambda p, o: _columns_without(p, o, (-1,), keep_header=False),
@@ -157,14 +158,29 @@ UNLABELLED = {
 }
 
 
+def _named_columns_without(path: Path, out: Path, names: set[str]) -> None:
+    """JSONL or a TSV with a header, without the columns ``names``."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in lines if line.strip()]
+        out.write_text("".join(json.dumps({k: v for k, v in r.items() if k not in names}, ensure_ascii=False) + "\n"
+                               for r in rows), encoding="utf-8")
+        return
+    header = lines[0].split("\t")
+    keep = [k for k, name in enumerate(header) if name not in names]
+    out.write_text("".join("\t".join(line.split("\t")[k] for k in keep) + "\n" for line in lines if line.strip()),
+                   encoding="utf-8")
+
+
 def unlabelled_dev(task_name: str, dev: Path, out_dir: Path) -> Path:
     task = compose([f"task={task_name}"]).task
     task_name = task.get("kind") or task.name  # a preset (dp_klue) reads its task's format
     out = out_dir / f"unlabelled{dev.suffix}"
     if task_name == "text_pair":
-        rows = [json.loads(line) for line in dev.read_text(encoding="utf-8").splitlines() if line.strip()]
-        out.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "label"}, ensure_ascii=False) + "\n"
-                               for r in rows), encoding="utf-8")
+        _named_columns_without(dev, out, {"label"})
+    elif task_name == "multi_label":  # every label column (the hate-speech preset has two)
+        label = task.columns.label
+        _named_columns_without(dev, out, {label} if isinstance(label, str) else set(label))
     else:
         UNLABELLED[task_name](dev, out)
     return out

@@ -192,7 +192,12 @@ def test_klue_markers_train_reload_score_and_export(run_job, tmp_path):
     ckpt = f"checkpoint={tmp_path / 'train'}"
     again = run_job([*KLUE_RUN[:-1], "action=eval", ckpt], "eval")
     assert again["status"] == "ok" and again["metrics"] == pytest.approx(res["metrics"])
-    other = run_job(["task=re", "model=tiny", "data=sample", "task.pooling=cls", "action=eval", ckpt], "other")
+    # task.markers not given: the checkpoint's scheme applies; another scheme given: one line naming it
+    remembered = run_job(["task=re", "model=tiny", "data=sample", "task.pooling=cls", "action=eval", ckpt], "remembered")
+    assert remembered["status"] == "ok" and remembered["metrics"] == pytest.approx(res["metrics"])
+    assert remembered["config"]["task"]["markers"] == "klue"
+    other = run_job(["task=re", "model=tiny", "data=sample", "task.pooling=cls", "task.markers=typed_punct",
+                     "action=eval", ckpt], "other")
     assert other["status"] == "failed" and "task.markers=klue" in other["error"]
 
     # the run's own predictions.jsonl scores to the run's metrics, AUPRC included

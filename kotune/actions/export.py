@@ -21,5 +21,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     res = export_directory(checkpoint_model_dir(cfg.checkpoint), out_dir)
     use = (f"transformers.pipeline(\"{res['pipeline']}\", model=\"{out_dir}\")" if res["pipeline"] else
            f"transformers.{res['native_class']}.from_pretrained(\"{out_dir}\")")
+    if res.get("problem_type") == "multi_label_classification":
+        use = use[:-1] + ", top_k=None)  (a sigmoid per label; kotune's thresholds: config.kotune_thresholds)"
     log(f"exported {res['native_class']} to {out_dir}: {use}")
     return {**res, "checkpoint": cfg.checkpoint, "metrics": {}}

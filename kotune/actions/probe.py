@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kotune.build import Built, build
-from kotune.predict import predict, run_report
+from kotune.predict import fit_decision, predict, run_report
 from kotune.runtime import is_rank_zero, local_rank_zero_first, seed_everything
 from kotune.trainer import make_trainer
 from tasks.errors import ConfigError
@@ -61,6 +61,7 @@ def train_head(cfg: DictConfig, b: Built, spec, seed: int, run_dir: str) -> tupl
     head_cfg.train.seed = seed
     trainer = make_trainer(head_cfg, view, os.path.join(run_dir, "probe", f"{choice_name(spec)}-seed{seed}"))
     trainer.train()
+    fit_decision(trainer, view)
     outputs, _ = predict(trainer, view, "validation")
     return view, outputs, b.task.score(outputs, b.splits["validation"].examples)
 
