@@ -142,7 +142,8 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
     ``model_max_length`` = the model's max_length, and no token type ids where the model had none,
     with any special tokens the task added, e.g. KLUE RE's ``<subj>``). A task whose input is more
     than plain text (RE's entity markers) says so in one warning line, in ``input_note`` and in the
-    exported config (``kotune_input``)."""
+    exported config (``kotune_input``). A LoRA model's adapter is merged into its encoder first
+    (``heads.lora.merged_exactly``: refused in one line where the merge would change the outputs)."""
     from transformers import AutoTokenizer
 
     from heads.model import KotuneModel
@@ -151,6 +152,11 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
     reason = refusal(model)
     if reason:
         raise ConfigError(f"cannot export {model_dir}: {reason}")
+    merged = bool(model.lora)
+    if merged:  # mode=lora: the adapter merged into the encoder's weights, checked to compute the same
+        from heads.lora import merged_exactly
+
+        model.encoder, model.lora = merged_exactly(model.encoder, model_dir), None
     native = to_native(model, model.meta.get("labels"))
     thresholds = (model.meta.get("task_options") or {}).get("threshold")
     if model.head_kwargs.get("multi_label") and isinstance(thresholds, list):
@@ -171,7 +177,8 @@ def export_directory(model_dir: str, out_dir: str) -> dict:
         tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names
     tokenizer.save_pretrained(out_dir)
     return {"export_dir": out_dir, "native_class": type(native).__name__, "pipeline": PIPELINE[model.head_kind],
-            "num_labels": native.config.num_labels, "problem_type": native.config.problem_type, "input_note": note}
+            "num_labels": native.config.num_labels, "problem_type": native.config.problem_type, "input_note": note,
+            "lora_merged": merged}
 
 
 def input_note(meta: dict) -> str | None:

@@ -64,6 +64,7 @@ class Encoder:
     token_type_ids: bool
     model: Any = None      # KotuneModel from a checkpoint
     encoder: Any = None    # a fresh encoder (pretrained or random) from cfg.model
+    base: Any = None       # mode=lora: what rebuilds the fresh encoder as built (heads.lora.base_record)
 
 
 def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] | None,
@@ -98,6 +99,11 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
         # a sequence head starts from a pretrained BERT's pooler (heads/native.py): keep it for them
         encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed),
                                head_kind=task.head if task is not None else None)
+    base = None
+    if encoder is not None and cfg.mode.get("lora"):  # recorded before a task's tokens grow the embeddings
+        from heads.lora import base_record
+
+        base = base_record(OmegaConf.to_container(cfg.model, resolve=True), encoder, int(cfg.train.seed))
     added = add_special_tokens(tokenizer, encoder, task.special_tokens if task is not None else ())  # RE's <subj>
     if added and cfg.mode.frozen:  # their new embedding rows are random, and a frozen encoder never trains them
         warn(f"mode=frozen: the {added} token(s) task {task.name} adds ({', '.join(task.special_tokens)}) "
@@ -105,7 +111,44 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
             "with tokens it knows (RE: task.markers=typed_punct)")
     config = encoder.config if encoder is not None else build_config(cfg.model, len(tokenizer))
     return Encoder(tokenizer, config, resolve_max_length(requested_max_length(cfg), config),
-                   uses_token_type_ids(config), encoder=encoder)
+                   uses_token_type_ids(config), encoder=encoder, base=base)
+
+
+def lora_settings(cfg: DictConfig, loaded: Encoder) -> dict | None:
+    """``mode=lora``'s adapter settings for a fresh encoder (heads/lora.py), or None in other modes."""
+    if not cfg.mode.get("lora"):
+        return None
+    from heads.lora import new_token_rows
+
+    m = cfg.mode
+    targets = m.get("target_modules")
+    return {"r": int(m.r), "alpha": float(m.alpha), "dropout": float(m.dropout),
+            "target_modules": OmegaConf.to_container(targets) if OmegaConf.is_config(targets) else targets,
+            "base": loaded.base, "token_rows": new_token_rows(loaded.encoder, loaded.base["vocab_size"])}
+
+
+def check_checkpoint_mode(cfg: DictConfig, model, checkpoint: str, training: bool) -> None:
+    """A checkpoint is read as the mode that saved it. Asking ``mode=lora`` of a checkpoint without
+    an adapter, or continuing training in another mode than the saved one, is one line saying which."""
+    saved, asked = model.mode, str(cfg.mode.name)
+    if saved == asked:
+        return
+    if asked == "lora":
+        model_dir = checkpoint_model_dir(checkpoint)
+        raise ConfigError(f"mode=lora: checkpoint {checkpoint} was saved by mode={saved} (its whole encoder, no LoRA "
+                          f"adapter); read it without mode=lora, or put LoRA on its encoder in a new run with "
+                          f"model.name_or_path={model_dir}/encoder +model.tokenizer_path={model_dir}")
+    if training and saved == "lora":
+        raise ConfigError(f"checkpoint {checkpoint} was saved by mode=lora (an adapter on "
+                          f"{model.lora['base']['model'].get('name_or_path') or model.lora['base']['model'].get('name')}); "
+                          f"continue it with mode=lora, or action=export it (the adapter merged) and start "
+                          f"mode={asked} from the export with model.name_or_path=EXPORT_DIR")
+    if training:
+        raise ConfigError(f"checkpoint {checkpoint} was saved by mode={saved}: continue it with mode={saved} "
+                          f"(mode={asked} would train it another way than its own)")
+    if saved == "lora":
+        log(f"checkpoint {checkpoint}: a LoRA adapter (r={model.lora['r']} on {model.lora['target_modules']}) "
+            f"and its head, read as mode=lora")
 
 
 def use_saved_columns(task: Task, meta: dict) -> None:
@@ -172,6 +215,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Bui
     task = build_task(cfg.task)
     if cfg.get("checkpoint") and not new_head:
         loaded = load_encoder_side(cfg, task, None)
+        check_checkpoint_mode(cfg, loaded.model, cfg.checkpoint, "train" in need)
         task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_kind}, cfg.checkpoint)
         use_saved_columns(task, loaded.model.meta)
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
@@ -191,8 +235,11 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False) -> Bui
                 "token_type_ids": loaded.token_type_ids, "model": cfg.model.name,
                 "task_options": {k: task.cfg.get(k) for k in task.saved_options},
                 "columns": OmegaConf.to_container(task.cfg.columns) if task.cfg.get("columns") else None}
-        model = KotuneModel(loaded.encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
-                            layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"))
+        # a checkpoint lends its encoder alone (action=probe): a LoRA adapter merged into its base
+        encoder = loaded.model.bare_encoder() if loaded.model is not None else loaded.encoder
+        model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
+                            layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"),
+                            lora=lora_settings(cfg, loaded))
     model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/windows.py)
     fresh_head = not cfg.get("checkpoint") or new_head
     check_class_weights(cfg, model, task.name, fresh_head)

@@ -66,7 +66,8 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
         return overrides
     meta = spec.get("meta") or {}
     task = meta.get("task")
-    presets = {"task": task, "model": meta.get("model"), "mode": "frozen" if spec.get("frozen") else "finetune"}
+    mode = spec.get("mode") or ("frozen" if spec.get("frozen") else "finetune")  # older kotune.json: no "mode"
+    presets = {"task": task, "model": meta.get("model"), "mode": mode}
     added = [f"{group}={name}" for group, name in presets.items() if group not in given and preset_exists(group, name)]
     if given.get("task", task) == task and preset_exists("task", task):
         for option, value in (meta.get("task_options") or {}).items():

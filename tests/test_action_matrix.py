@@ -1,5 +1,5 @@
-"""Every action on every task: each registered task is trained once (tiny encoder, its sample
-files), then every other action is tried against it, and each cell gives what another path gives,
+"""Every action on every task and training mode: each registered task is trained once (tiny
+encoder, its sample files), then every other action is tried against it, and each cell gives what another path gives,
 or refuses in one line saying why:
 
 - a rerun of a finished run (results.json lost: a crash in the final prediction, a sweep rerunning a
@@ -24,6 +24,12 @@ Options that change a task's model go through the same cells as variants of thei
 (``VARIANTS``): documents as windows (``task.long_text=windows``, a pair's second text), a CRF
 (``task.crf``, on subwords and on characters); their ``train=klue`` runs stop early
 (``train.early_stopping_patience``), so the rerun cell checks that a stopped run's rerun equals it.
+
+``mode=lora`` goes through every cell as a variant too, on one task per head kind (``LORA``: what
+LoRA changes is the encoder under the head; tasks that share a head differ in reading and decoding,
+which no mode touches), its ``train=klue`` recipe on ``KLUE_RECIPE_LORA`` only (the best checkpoint's
+path differs between modes only in what a checkpoint holds, which the plain recipe covers); LoRA also
+starts from ``pretrain``'s model for ``LORA_FROM_PRETRAINING``, read back by ``eval``.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from conftest import assert_best_evaluation_kept, compose, encoder_inputs
 
@@ -59,6 +66,8 @@ EXPORT_REFUSED = {"dp": "dependency", "dp_klue": "dependency", "re": "relation",
 CEILINGS = {"ner", "token_cls", "mrc", "korquad", "qa", "dp", "dp_klue", "ner+crf", "token_cls+crf+char"}
 # their sample words all start a token, or the decode is per character: every gold label survives
 LOSSLESS = {"token_cls", "dp", "dp_klue", "token_cls+crf+char"}
+KLUE_RECIPE_LORA = ("nli",)
+LORA_FROM_PRETRAINING = "nli"
 
 
 def registered_tasks() -> list[str]:
@@ -66,6 +75,18 @@ def registered_tasks() -> list[str]:
     from conftest import ROOT
 
     return sorted(p.stem for p in (ROOT / "conf" / "task").glob("*.yaml"))
+
+
+def one_task_per_head() -> list[str]:
+    from tasks import build_task
+
+    first: dict[str, str] = {}
+    for name in registered_tasks():
+        first.setdefault(build_task(compose([f"task={name}"]).task).head, name)
+    return sorted(first.values())
+
+
+LORA = {f"{task}+lora": (task, ["mode=lora"]) for task in one_task_per_head()}
 
 
 def job(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
@@ -190,20 +211,30 @@ def sample(task_name: str, split: str) -> Path:
 
 
 # ---- one training per task, shared by every cell ---------------------------------------------
-@pytest.fixture(scope="module", params=registered_tasks() + list(VARIANTS))
+@pytest.fixture(scope="module", params=registered_tasks() + list(VARIANTS) + list(LORA))
 def trained(request, tmp_path_factory, cache_dir):
-    task, options = VARIANTS.get(request.param, (request.param, []))
+    task, options = {**VARIANTS, **LORA}.get(request.param, (request.param, []))
+    lora = request.param in LORA
     root = tmp_path_factory.mktemp(f"matrix-{request.param}")
-    recipes = {"plain": [f"task={task}", *options, *PLAIN],
-               "klue": [f"task={task}", *options, *KLUE, *(EARLY_STOPPING if options else [])]}
-    plain = ok(job(recipes["plain"], root / "plain", cache_dir))
-    klue = ok(job(recipes["klue"], root / "klue", cache_dir))
-    assert_best_evaluation_kept(root / "klue", klue)
-    assert (klue["early_stopping"] is not None) == bool(options)
-    assert not options or klue["early_stopping"]["stopped_early"]  # so the rerun cell reruns a stopped run
-    # every other cell runs the task with the variant's options
-    return {"name": request.param, "task": task, "options": [f"task={task}", *options], "root": root,
-            "plain": plain, "klue": klue, "recipes": recipes, "cache": cache_dir}
+    recipes = {"plain": [f"task={task}", *options, *PLAIN]}
+    if not lora or task in KLUE_RECIPE_LORA:
+        recipes["klue"] = [f"task={task}", *options, *KLUE, *(EARLY_STOPPING if options and not lora else [])]
+    runs = {name: ok(job(overrides, root / name, cache_dir)) for name, overrides in recipes.items()}
+    if "klue" in runs:
+        klue = runs["klue"]
+        assert_best_evaluation_kept(root / "klue", klue)
+        assert (klue["early_stopping"] is not None) == (bool(options) and not lora)
+        assert not options or lora or klue["early_stopping"]["stopped_early"]  # so the rerun cell reruns a stopped run
+    if lora:  # the adapter and head only: the encoder's weights stay out of every checkpoint
+        assert runs["plain"]["trainable_params"] < runs["plain"]["total_params"]
+        saved = load_file(str(root / "plain" / "checkpoints" / "checkpoint-6" / "model.safetensors"))
+        encoder_keys = [k for k in saved if k.startswith("encoder.")]
+        assert encoder_keys and all("lora_" in k or "trainable_tokens" in k for k in encoder_keys), encoder_keys
+        assert not (root / "plain" / "model" / "encoder").exists() and (root / "plain" / "model" / "adapter").is_dir()
+    # every other cell runs the task with the variant's options; a LoRA variant is its task's for the
+    # cells that do not depend on the mode (export refusals, ceilings)
+    return {"name": task if lora else request.param, "task": task, "options": [f"task={task}", *options],
+            "root": root, **runs, "mode": "lora" if lora else "finetune", "recipes": recipes, "cache": cache_dir}
 
 
 def newest_checkpoint(run_dir: Path) -> int:
@@ -242,7 +273,7 @@ def test_predict_without_labels_gives_the_training_runs_predictions(trained):
     res = job(["action=predict", f"checkpoint={trained['root'] / 'plain'}", f"data.predict_file={unlabelled}"],
               out, trained["cache"])
     ok(res)
-    assert (res["task"], res["model"], res["mode"]) == (task, "tiny", "finetune")
+    assert (res["task"], res["model"], res["mode"]) == (task, "tiny", trained["mode"])
     assert predictions(out) == predictions(trained["root"] / "plain")
     # a tiny run often predicts one label for every row: the model also read the same inputs from both files
     setting = [*trained["options"], *TINY, f"checkpoint={trained['root'] / 'plain'}", f"cache_dir={trained['cache']}"]
@@ -318,6 +349,7 @@ def test_export_writes_the_native_class_that_predicts_as_kotune_or_refuses_in_on
     ok(res)
     config = AutoConfig.from_pretrained(res["export_dir"])
     assert config.num_labels == res["num_labels"] and config.architectures == [res["native_class"]]
+    assert res["lora_merged"] == (trained["mode"] == "lora")
     assert native_predictions(trained, res, trained["root"] / "native") == predictions(trained["root"] / "plain")
 
 
@@ -427,15 +459,6 @@ def test_probe_reads_the_checkpoints_states_and_scores_what_its_table_says(train
     assert res["metrics"] == {} and res["main_score"] is None  # the table is the result
 
 
-def one_task_per_head() -> list[str]:
-    from tasks import build_task
-
-    first: dict[str, str] = {}
-    for name in registered_tasks():
-        first.setdefault(build_task(compose([f"task={name}"]).task).head, name)
-    return sorted(first.values())
-
-
 def initial_encoders(monkeypatch) -> list[dict]:
     """The encoder of each training run started in this test, as it was before its first step."""
     import kotune.actions.train as train_action
@@ -467,11 +490,17 @@ def test_pretrain_on_the_tasks_text_then_fine_tune_from_it(task, tmp_path, cache
                         cache_dir))
     assert_consistent_held_out_metrics(pretrained["metrics"])  # NaN, nothing masked, a mixed-up loss fail
     encoders = initial_encoders(monkeypatch)
-    tuned = ok(job([f"task={task}", *SMALL, "train.max_steps=3", "model=klue", "model.init=pretrained",
-                    f"model.name_or_path={pretrained['model_dir']}"], tmp_path / "tuned", cache_dir))
+    tune = [f"task={task}", *SMALL, "train.max_steps=3", "model=klue", "model.init=pretrained",
+            f"model.name_or_path={pretrained['model_dir']}"]
+    tuned = ok(job(tune, tmp_path / "tuned", cache_dir))
     assert math.isfinite(tuned["metrics"][compose([f"task={task}"]).task.main_metric])
     (initial,) = encoders
     saved = AutoModel.from_pretrained(pretrained["model_dir"]).state_dict()
     compared = [k for k in initial if not k.startswith("pooler.")]  # an MLM checkpoint has no pooler
     assert len(compared) > 10 and set(compared) <= set(saved)
     assert all(torch.equal(initial[k], saved[k]) for k in compared), "fine-tuning did not start from the pretrained one"
+    if task == LORA_FROM_PRETRAINING:  # its model/ holds the adapter only; eval rebuilds the pretrained base
+        lora = ok(job([*tune, "mode=lora"], tmp_path / "lora", cache_dir))
+        again = ok(job([f"task={task}", *SMALL, "action=eval", f"checkpoint={tmp_path / 'lora'}"],
+                       tmp_path / "eval", cache_dir))
+        same(again, lora, keys=("metrics",))

@@ -114,3 +114,19 @@ def test_torchrun_frozen_mode_trains_and_saves_once(tmp_path, cache_dir, run_job
     reloaded = run_job([*args, "action=eval", f"checkpoint={out}"], name="eval")  # the saved head: the trained one
     assert reloaded["status"] == "ok", reloaded.get("error")
     assert reloaded["metrics"] == pytest.approx(results["metrics"])
+
+
+@pytest.mark.slow
+def test_torchrun_lora_matches_one_process_and_saves_the_adapter_once(tmp_path, cache_dir, run_job):
+    """Under DDP only the adapters and the head have gradients to average: two processes still take
+    one process's steps."""
+    out = tmp_path / "lora"
+    proc = torchrun(SAME_STEPS + ["mode=lora", "train.batch_size=8", f"hydra.run.dir={out}", f"cache_dir={cache_dir}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ddp = json.loads((out / "results.json").read_text())
+    assert ddp["status"] == "ok" and ddp["world_size"] == 2, ddp.get("error")
+    assert (out / "model" / "adapter" / "adapter_model.safetensors").exists() and not (out / "model" / "encoder").exists()
+    one = run_job(SAME_STEPS + ["mode=lora", "train.batch_size=16"], name="single")
+    assert one["status"] == "ok", one.get("error")
+    assert ddp["train_loss"] == pytest.approx(one["train_loss"], rel=1e-3)
+    assert ddp["trainable_params"] == one["trainable_params"] < one["total_params"]
