@@ -4,7 +4,10 @@ Collects every results.json under the directories (matrices, sweeps, single runs
 ``leaderboard.md``, ``leaderboard.csv`` and PNG plots into ``--out`` (default: the first DIR):
 
 - rows are model × mode (× the settings that differ between runs, for a sweep), columns each
-  task's metrics as mean ± std over seeds with n, failed runs counted separately;
+  task's metrics as mean ± std over seeds with n, failed runs counted separately; the folds of a
+  cross-validation (``data.folds=K``, ``-m data.fold=0,...,K-1``) are averaged like seeds, so K folds
+  give one row (runs with and without ``data.folds`` are different rows), and a row missing a
+  fold says so;
 - ``plot_<task>.png``: the task's main metric per row, bars with ±std error bars and the seeds
   as dots; ``sweep_<task>_<model>_<mode>.png``: the main metric against each hyperparameter that
   varies across a sweep's runs;
@@ -48,6 +51,9 @@ PAPER_MODELS = {"klue": "klue/bert-base", "klue-roberta": "klue/roberta-base",
 PAPER_PROTOCOL = {"model.init": "pretrained", "train.max_steps": -1, "data.source": "hub",
                   "data.train_file": None, "data.validation_file": None, "data.validation_split": 0.0,
                   "data.max_train_samples": None, "data.max_eval_samples": None}
+# ...except these: runs cut into folds differently (or not at all) are different settings; the fold
+# itself (data.fold) is averaged over, as a seed is
+DATA_SETTINGS = ("data.folds",)
 LIKE_FOR_LIKE = "like for like"
 UNKNOWN_SETUP = "not comparable: no task.reference in the run's config (a run from before references)"
 MAX_BARS = 15
@@ -144,7 +150,8 @@ def varying_keys(runs: list[dict]) -> list[str]:
     if len(runs) < 2:
         return []
     common = set.intersection(*(set(r["flat_config"]) for r in runs))
-    keys = [k for k in common if not any(k == p or k.startswith(p + ".") for p in NOT_SETTINGS)]
+    keys = [k for k in common if k in DATA_SETTINGS
+            or not any(k == p or k.startswith(p + ".") for p in NOT_SETTINGS)]
     varying = set()
     for task in {r["task"] for r in runs}:
         same_task = [r for r in runs if r["task"] == task]
@@ -171,6 +178,24 @@ def assign_rows(runs: list[dict]) -> list[tuple]:
         rows = sorted(sorted({r["row"] for r in members}), key=lambda row: -row_score(members, row))
         keys += rows
     return keys
+
+
+def missing_folds(runs: list[dict], rows: list[tuple]) -> list[str]:
+    """Cross-validation rows whose runs do not cover every fold (per seed): one line each."""
+    lines = []
+    for row in rows:
+        for task in sorted({r["task"] for r in runs}):
+            ran: dict[tuple, set] = {}
+            for r in runs:
+                folds = r["flat_config"].get("data.folds")
+                if r["row"] == row and r["task"] == task and r["status"] == "ok" and folds:
+                    ran.setdefault((r["seed"], folds, r["flat_config"].get("data.fold_seed")), set()).add(
+                        r["flat_config"].get("data.fold"))
+            for (seed, folds, _), got in sorted(ran.items(), key=str):
+                if got != set(range(folds)):
+                    lines.append(f"{' / '.join(x for x in row if x)}, {task}, seed {seed}: folds "
+                                 f"{', '.join(str(f) for f in sorted(got, key=str))} of {folds} ran ok")
+    return lines
 
 
 def row_score(runs: list[dict], row: tuple) -> float:
@@ -317,7 +342,9 @@ def leaderboard_markdown(runs: list[dict], rows, columns, cells, paper: dict | N
     lines = [
         "# kotune leaderboard", "",
         f"{len(runs)} runs under {', '.join(dirs)}: {n_ok} ok, {n_failed} failed. Cells: mean ± std over "
-        "seeds (n ok runs), metrics ×100 on the validation split; * marks the task's main metric.",
+        "seeds (n ok runs), metrics ×100 on the validation split; * marks the task's main metric."
+        + (" Cross-validation runs (data.folds): over folds and seeds, each fold's held-out part its validation "
+           "split." if any(r["flat_config"].get("data.folds") for r in runs) else ""),
     ]
     if paper is not None:
         lines.append(f"Paper: published KLUE baseline scores from {paper_file} (fine-tuning rows only); "
@@ -348,6 +375,11 @@ def leaderboard_markdown(runs: list[dict], rows, columns, cells, paper: dict | N
                   "Rows whose Δ compares unlike setups (ours≠paper), or setups that cannot be compared:", ""]
         for (row, task), text in unlike.items():
             lines.append(f"- {' / '.join(x for x in row if x)}, {task}: {text}")
+    incomplete = missing_folds(runs, rows)
+    if incomplete:
+        lines += ["", "## Incomplete cross-validation", "",
+                  "These rows average fewer folds than their data.folds: their mean is not a K-fold estimate.", ""]
+        lines += [f"- {line}" for line in incomplete]
     failed_runs = [r for r in runs if r["status"] == "failed"]
     if failed_runs:
         lines += ["", "## Failed runs", "", "| task | model | mode | seed | error | results |", "|---|---|---|---|---|---|"]

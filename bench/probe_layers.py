@@ -116,7 +116,8 @@ def main() -> None:
                        "train.warmup_ratio=0.1", "save_predictions=false", "save_model=false"],
                       os.path.join(a.out, f"probe_{task}_{init}"))
             r = res["probe"]
-            summary[init][task] = {"best": r["best"], "best_layer": best_single(r["rows"]), "metric": r["main_metric"],
+            summary[init][task] = {"best": r["best_on_validation"], "best_layer": best_single(r["rows"]),
+                                   "metric": r["main_metric"],
                                    "rows": r["rows"], "encode_s": r["encode_s"], "heads_s": r["heads_s"]}
         cost = ", ".join(f"{init}: encode {summary[init][task]['encode_s']:.0f} s + heads "
                          f"{summary[init][task]['heads_s']:.0f} s" for init in inits)

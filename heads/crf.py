@@ -113,6 +113,9 @@ class _CrfTagging:
             return emissions
         return self.crf.viterbi(emissions, label_slots == 1), emissions
 
+    def weighting(self) -> str | None:  # train.class_weights: no cross-entropy here to weight
+        return "its loss is the CRF's likelihood of whole tag sequences, not a cross-entropy per tag"
+
     def loss_sums(self, logits, labels: torch.Tensor) -> list[torch.Tensor]:
         """One term, counted as the plain head's is (its labelled slots: ``loss_counts``)."""
         return [self.crf.nll(logits[1] if isinstance(logits, tuple) else logits, labels)]

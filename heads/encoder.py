@@ -65,6 +65,8 @@ def load_tokenizer(model_cfg: DictConfig, texts: Iterable[str] | None = None, ca
     path = model_cfg.get("tokenizer_path") or model_cfg.name_or_path
     if path is None:
         raise ConfigError(f"model {model_cfg.name}: set model.name_or_path (a hub id or directory)")
+    if path == model_cfg.name_or_path and _is_local(path):  # a kotune model dir is a fine tokenizer_path
+        check_not_kotune_directory(path)
     if _is_local(path) and not os.path.exists(os.path.join(os.path.expanduser(path), "tokenizer_config.json")) \
             and not os.path.exists(os.path.join(os.path.expanduser(path), "config.json")):
         # a bare vocab directory (e.g. ../shared/vocab/koelectra): WordPiece from vocab.txt
@@ -125,10 +127,36 @@ def unk_rate(tokenizer, texts: Iterable[str], limit: int = 2000) -> float:
     return unk / hangul if hangul else 0.0
 
 
+def check_not_kotune_directory(path: str) -> None:
+    """``model.name_or_path`` names an encoder; a kotune run or model directory, or a peft
+    adapter, is told apart in one line saying what to pass instead."""
+    import json
+
+    root = os.path.expanduser(path)
+    for model_dir in (root, os.path.join(root, "model")):
+        spec_path = os.path.join(model_dir, "kotune.json")
+        if os.path.exists(spec_path):
+            with open(spec_path, encoding="utf-8") as f:
+                spec = json.load(f)
+            mode = spec.get("mode") or ("frozen" if spec.get("frozen") else "finetune")
+            if spec.get("lora"):
+                raise ConfigError(f"model.name_or_path={path} is a kotune mode=lora model: an adapter, not an encoder. "
+                                  f"Read it with checkpoint={path}; to start a new run from it, merge it first "
+                                  f"(action=export checkpoint={path}) and pass model.name_or_path=EXPORT_DIR")
+            raise ConfigError(f"model.name_or_path={path} is a kotune mode={mode} model: read it with checkpoint={path}, "
+                              f"or start a new run from its encoder with model.name_or_path={model_dir}/encoder "
+                              f"+model.tokenizer_path={model_dir}")
+    if os.path.exists(os.path.join(root, "adapter_config.json")):
+        raise ConfigError(f"model.name_or_path={path} is a peft adapter, not an encoder: pass its base model "
+                          "(adapter_config.json's base_model_name_or_path)")
+
+
 def build_config(model_cfg: DictConfig, vocab_size: int | None):
     from transformers import AutoConfig
 
     path = model_cfg.get("name_or_path")
+    if path and _is_local(path):
+        check_not_kotune_directory(path)
     overrides = _plain(model_cfg.get("config_overrides"))
     has_config = path and (not _is_local(path) or os.path.exists(os.path.join(os.path.expanduser(path),
                                                                               "config.json")))

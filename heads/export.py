@@ -15,6 +15,8 @@ span       out → ``qa_outputs``            out → ``qa_outputs``            F
 """
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 
 from heads.native import head_style
@@ -110,13 +112,27 @@ def native_config(model, labels: list[str] | None = None):
     config.num_labels = num_labels
     if kind in ("sequence", "pair", "token"):
         config.classifier_dropout = float(model.head_kwargs.get("dropout", config.hidden_dropout_prob))
-    if kind in ("sequence", "pair") and num_labels == 1:
+    if kind in ("sequence", "pair") and model.head_kwargs.get("multi_label"):
+        # a sigmoid per label: the pipeline's default function, and BCE as the native loss
+        config.problem_type = "multi_label_classification"
+    elif kind in ("sequence", "pair") and num_labels == 1:
         config.problem_type = "regression"  # the pipeline then returns the raw score, no sigmoid
     if labels and kind != "span" and len(labels) == num_labels:
         config.id2label = {i: str(name) for i, name in enumerate(labels)}
         config.label2id = {str(name): i for i, name in enumerate(labels)}
     config.architectures = [native_class_name(model)]
     return config
+
+
+class Native(NamedTuple):
+    """A kotune model ready to export: the model, its native twin, the tokenizer to ship, the input
+    note (None for plain text) and whether a LoRA adapter was merged in."""
+
+    model: Any
+    native: Any
+    tokenizer: Any
+    note: str | None
+    lora_merged: bool
 
 
 def to_native(model, labels: list[str] | None = None):
@@ -132,13 +148,14 @@ def to_native(model, labels: list[str] | None = None):
     return native.eval()
 
 
-def load_native(model_dir: str) -> tuple:
-    """A saved kotune model (``model_dir``) as (kotune model, native model, exported tokenizer, input
-    note), or a one-line refusal for a head with no exact native equivalent. The tokenizer keeps
-    the model's ``do_lower_case``, gets ``model_max_length`` = the model's max_length and drops token
-    type ids where the model had none; special tokens the task added (KLUE RE's ``<subj>``) stay.
-    A task whose input is more than plain text (RE's entity markers) says so in one warning line,
-    in the note and in the native config (``kotune_input``)."""
+def load_native(model_dir: str) -> "Native":
+    """A saved kotune model (``model_dir``) as its native transformers model (:class:`Native`), or a
+    one-line refusal for a head with no exact native equivalent. The tokenizer keeps the model's
+    ``do_lower_case``, gets ``model_max_length`` = the model's max_length and drops token type ids
+    where the model had none; special tokens the task added (KLUE RE's ``<subj>``) stay. A task whose
+    input is more than plain text (RE's entity markers) says so in one warning line, in the note and
+    in the native config (``kotune_input``). A LoRA model's adapter is merged into its encoder first
+    (``heads.lora.merged_exactly``: refused in one line where the merge would change the outputs)."""
     from transformers import AutoTokenizer
 
     from heads.model import KotuneModel
@@ -147,7 +164,16 @@ def load_native(model_dir: str) -> tuple:
     reason = refusal(model)
     if reason:
         raise ConfigError(f"cannot export {model_dir}: {reason}")
+    merged = bool(model.lora)
+    if merged:  # mode=lora: the adapter merged into the encoder's weights, checked to compute the same
+        from heads.lora import merged_exactly
+
+        model.encoder, model.lora = merged_exactly(model.encoder, model_dir), None
     native = to_native(model, model.meta.get("labels"))
+    thresholds = (model.meta.get("task_options") or {}).get("threshold")
+    if model.head_kwargs.get("multi_label") and isinstance(thresholds, list):
+        # the decision the model was trained (or tuned) with: label predicted at probability ≥ its threshold
+        native.config.kotune_thresholds = dict(zip(native.config.id2label.values(), thresholds))
     note = input_note(model.meta)
     if note:  # e.g. RE: the model never saw unmarked text, and a pipeline would feed it some
         warn(note)
@@ -160,22 +186,23 @@ def load_native(model_dir: str) -> tuple:
     if not model.meta.get("token_type_ids", True):  # e.g. RoBERTa: type ids other than 0 would break it
         tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
         tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names
-    return model, native, tokenizer, note
+    return Native(model, native, tokenizer, note, merged)
 
 
-def export_summary(model, native, out_dir: str, note: str | None) -> dict:
-    return {"export_dir": out_dir, "native_class": type(native).__name__, "pipeline": PIPELINE[model.head_kind],
-            "num_labels": native.config.num_labels, "input_note": note}
+def export_summary(n: "Native", out_dir: str) -> dict:
+    return {"export_dir": out_dir, "native_class": type(n.native).__name__, "pipeline": PIPELINE[n.model.head_kind],
+            "num_labels": n.native.config.num_labels, "problem_type": n.native.config.problem_type,
+            "input_note": n.note, "lora_merged": n.lora_merged}
 
 
 def export_directory(model_dir: str, out_dir: str) -> dict:
     """Write a saved kotune model (``model_dir``) as a standard transformers directory that
     ``transformers.pipeline(<task>, model=out_dir)`` serves: the native class's config (with
     ``id2label``/``label2id``) and weights, and the model's own tokenizer (:func:`load_native`)."""
-    model, native, tokenizer, note = load_native(model_dir)
-    native.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return export_summary(model, native, out_dir, note)
+    n = load_native(model_dir)
+    n.native.save_pretrained(out_dir)
+    n.tokenizer.save_pretrained(out_dir)
+    return export_summary(n, out_dir)
 
 
 def input_note(meta: dict) -> str | None:

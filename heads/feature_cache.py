@@ -52,11 +52,13 @@ class CacheSettings:
 
 
 # ---- fingerprints ---------------------------------------------------------------------------
-def weights_digest(module: torch.nn.Module) -> str:
-    """Hash of every parameter and buffer: a fine-tuned, re-seeded or different checkpoint is a
-    different encoder even under the same name."""
+def weights_digest(module: torch.nn.Module, skip: tuple[str, ...] = ()) -> str:
+    """Hash of every parameter and buffer (but those whose names start with ``skip``): a fine-tuned,
+    re-seeded or different checkpoint is a different encoder even under the same name."""
     h = hashlib.blake2b(digest_size=16)
     for name, tensor in sorted(module.state_dict().items()):
+        if name.startswith(skip):
+            continue
         t = tensor.detach().cpu().contiguous().reshape(-1)
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
         h.update(memoryview(t.view(torch.uint8).numpy()) if t.numel() else b"")

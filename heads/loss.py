@@ -18,23 +18,28 @@ from torch.nn import functional as F
 from tasks.collate import IGNORE
 
 
-def labelled(labels: torch.Tensor) -> torch.Tensor:
-    """How many entries of ``labels`` carry a label (not -100)."""
-    return (labels != IGNORE).sum()
+def labelled(labels: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """How many entries of ``labels`` carry a label (not -100); with class weights, the sum of their
+    classes' weights (what a weighted cross-entropy's mean divides by)."""
+    if weight is None:
+        return (labels != IGNORE).sum()
+    kept = labels[labels != IGNORE].long()
+    return weight.to(labels.device)[kept].sum()
 
 
-def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy over the labelled entries (``logits`` [..., classes], ``labels`` [...]);
-    0 with a zero gradient where nothing is labelled."""
-    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten().long(), ignore_index=IGNORE,
-                           reduction="sum")
+def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Summed cross-entropy over the labelled entries (``logits`` [..., classes], ``labels`` [...]),
+    each scaled by its class's ``weight`` when given; 0 with a zero gradient where nothing is labelled."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten().long(), weight=weight,
+                           ignore_index=IGNORE, reduction="sum")
 
 
 def mean_of_terms(sums: list[torch.Tensor], counts) -> torch.Tensor:
     """Σ sum / count over the terms; ``counts`` [terms] (or [1, terms]: a DataParallel replica's
     share); a term with no items adds 0."""
     counts = torch.as_tensor(counts).reshape(-1, len(sums))[0]
-    return sum(s / counts[t].to(s.device, s.dtype).clamp(min=1) for t, s in enumerate(sums))
+    # a term with no items divides by 1 (its sum is 0); a weighted count may lie between 0 and 1
+    return sum(s / counts[t].to(s.device, s.dtype).masked_fill(counts[t] == 0, 1) for t, s in enumerate(sums))
 
 
 class CountedLoss(nn.Module):
@@ -64,3 +69,30 @@ class LabelledCrossEntropy(CountedLoss):
 
     def loss_counts(self, labels: torch.Tensor) -> torch.Tensor:
         return labelled(labels).reshape(1)
+
+
+class WeightedCrossEntropy(LabelledCrossEntropy):
+    """``train.class_weights``: the cross-entropy's mean weighted by class, Σ w_y·loss / Σ w_y over
+    the labelled entries (PyTorch's ``cross_entropy(weight=…)``; the counts are the weights' sum, so
+    a step split into micro-batches still has the whole step's weighted mean). The weights are a head
+    argument, saved in kotune.json with the others, so a reloaded checkpoint (eval, predict, a resumed
+    run) computes the loss its training did; they are a buffer outside the state dict, so the
+    exported native weights are unchanged. Without weights it is the plain mean."""
+
+    def init_class_weights(self, weights: list[float] | None) -> None:
+        tensor = None if weights is None else torch.tensor([float(w) for w in weights], dtype=torch.float)
+        self.register_buffer("class_weights", tensor, persistent=False)
+
+    def set_class_weights(self, weights: list[float]) -> None:
+        self.class_weights = torch.tensor([float(w) for w in weights], dtype=torch.float,
+                                          device=next(self.parameters()).device)
+
+    def weighting(self) -> str | None:
+        """Why this head cannot weight its classes, or None when it can."""
+        return None
+
+    def loss_sums(self, logits: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
+        return [cross_entropy_sum(logits, labels, self.class_weights)]
+
+    def loss_counts(self, labels: torch.Tensor) -> torch.Tensor:
+        return labelled(labels, self.class_weights).reshape(1)

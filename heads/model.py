@@ -3,7 +3,9 @@
 A saved model directory holds ``kotune.json`` (head kind, head arguments, label names, mode,
 layer choice and the learned scalar-mix weights for reading), ``encoder/`` (``save_pretrained`` of
 the encoder: config + weights), ``head.safetensors``, ``layers.safetensors`` (scalar mix only) and
-the tokenizer files, so ``action=eval`` reloads it with no hub access.
+the tokenizer files, so ``action=eval`` reloads it with no hub access. Under ``mode=lora``
+``adapter/`` (peft's adapter: LoRA weights and any trained token rows) replaces ``encoder/``, and
+``kotune.json`` records the base encoder it sits on (heads/lora.py), rebuilt and checked on load.
 
 The forward is split in two for the frozen feature cache: ``layer_states`` (the encoder's fixed
 output for ``mode.layers``) and ``mixer`` + head (what trains); ``forward(layer_states=...)``
@@ -42,7 +44,7 @@ class KotuneModel(nn.Module):
 
     def __init__(self, encoder: nn.Module, head_kind: str, head_kwargs: dict, *, frozen: bool = False,
                  meta: dict | None = None, layers: Any = "last", pooling: str | None = None,
-                 pooler_state: dict | None = None):
+                 pooler_state: dict | None = None, lora: dict | None = None):
         super().__init__()
         self.pooler_state = pooler_state  # the encoder's pooler weights, once taken out of it (_native_head)
         if head_kind not in HEADS:
@@ -56,6 +58,7 @@ class KotuneModel(nn.Module):
             self.head_kwargs["pooling"] = pooling
         self.mixer = LayerMixer(parse_layers(layers, int(encoder.config.num_hidden_layers)))
         self.head = self._native_head(encoder, head_kind)
+        self.lora = self._add_lora(lora)
         self.frozen = frozen
         self.meta = dict(meta or {})
         self.windows = None  # task.long_text=windows: tasks.windows.WindowOptions (set by kotune.build)
@@ -87,11 +90,46 @@ class KotuneModel(nn.Module):
             head.dense.load_state_dict(self.pooler_state)
         return head
 
+    def _add_lora(self, settings: dict | None) -> dict | None:
+        """``mode=lora``: the encoder as a peft model with LoRA adapters (heads/lora.py), unless it
+        is one already (a saved adapter on its rebuilt base). Returns the settings as resolved."""
+        if settings is None:
+            return None
+        from heads.lora import add_lora
+
+        settings = dict(settings)
+        if not hasattr(self.encoder, "peft_config"):
+            self.encoder, settings["target_modules"] = add_lora(self.encoder, settings, settings.get("token_rows") or [])
+        settings["vocab_size"] = int(self.encoder.config.vocab_size)  # with the rows a task added
+        return settings
+
+    @property
+    def mode(self) -> str:
+        return "lora" if self.lora else "frozen" if self.frozen else "finetune"
+
+    def bare_encoder(self) -> nn.Module:
+        """The encoder alone, to read features from (``action=probe``): a LoRA adapter merged into
+        its base (this model's encoder is changed in place; it computes the same)."""
+        if not self.lora:
+            return self.encoder
+        from heads.lora import merge
+
+        return merge(self.encoder, f"the {self.meta.get('task')} checkpoint")
+
+    def trained_state_dict(self) -> dict[str, torch.Tensor]:
+        """What a Trainer checkpoint holds: what trains (frozen: the head and mix; LoRA: the
+        adapter too), or everything when the whole encoder trains."""
+        state = self.state_dict()
+        if not (self.frozen or self.lora):
+            return state
+        trained = {f"encoder.{n}" for n, p in self.encoder.named_parameters() if p.requires_grad}
+        return {k: v for k, v in state.items() if not k.startswith("encoder.") or k in trained}
+
     def with_layers(self, layers: Any) -> "KotuneModel":
         """A new head of this kind on this model's encoder (shared, not copied), reading ``layers``
         and initialised as this model's head was (``action=probe``: one encoder, a head per choice)."""
         return KotuneModel(self.encoder, self.head_kind, self.head_kwargs, frozen=self.frozen, meta=self.meta,
-                           layers=layers, pooler_state=self.pooler_state)
+                           layers=layers, pooler_state=self.pooler_state, lora=self.lora)
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -155,6 +193,23 @@ class KotuneModel(nn.Module):
                            recompute)
         return pool_windows(logits, window_doc, self.windows.pool)
 
+    def weighting_refusal(self) -> str | None:
+        """Why ``train.class_weights`` cannot apply to this model's head, or None when it can."""
+        from heads.loss import WeightedCrossEntropy
+
+        if not isinstance(self.head, WeightedCrossEntropy):
+            return f"the {self.head_kind} head's loss has no class weights (the sequence, pair and token heads' do)"
+        why = self.head.weighting()
+        return f"the {self.head_kind} head cannot weight classes: {why}" if why else None
+
+    def set_class_weights(self, weights: list[float]) -> None:
+        """``train.class_weights``: each class's term in the head's loss, kept with the head's arguments."""
+        why = self.weighting_refusal()
+        if why:
+            raise ConfigError(f"train.class_weights: {why}")
+        self.head.set_class_weights(weights)
+        self.head_kwargs["class_weights"] = [float(w) for w in weights]
+
     def param_counts(self) -> dict[str, int]:
         return {"trainable_params": sum(p.numel() for p in self.parameters() if p.requires_grad),
                 "total_params": sum(p.numel() for p in self.parameters()),
@@ -171,14 +226,19 @@ class KotuneModel(nn.Module):
     # ---- persistence ---------------------------------------------------------------------
     def save(self, directory: str, tokenizer=None) -> None:
         os.makedirs(directory, exist_ok=True)
-        self.encoder.save_pretrained(os.path.join(directory, "encoder"))
+        if self.lora:
+            from heads.lora import save_adapter
+
+            save_adapter(self.encoder, directory)
+        else:
+            self.encoder.save_pretrained(os.path.join(directory, "encoder"))
         save_file({k: v.contiguous() for k, v in self.head.state_dict().items()},
                   os.path.join(directory, "head.safetensors"))
         if self.mixer.scalar_mix is not None:
             save_file({k: v.contiguous() for k, v in self.mixer.state_dict().items()},
                       os.path.join(directory, "layers.safetensors"))
-        spec = {"head": self.head_kind, "head_kwargs": self.head_kwargs, "frozen": self.frozen,
-                "meta": self.meta, "format": FORMAT, **self.mixer.report()}
+        spec = {"head": self.head_kind, "head_kwargs": self.head_kwargs, "frozen": self.frozen, "mode": self.mode,
+                "lora": self.lora, "meta": self.meta, "format": FORMAT, **self.mixer.report()}
         with open(os.path.join(directory, "kotune.json"), "w", encoding="utf-8") as f:
             json.dump(spec, f, ensure_ascii=False, indent=2)
         if tokenizer is not None:
@@ -201,13 +261,18 @@ class KotuneModel(nn.Module):
         from heads.encoder import no_pooler
 
         spec = cls.spec(directory)
-        encoder_dir = os.path.join(directory, "encoder")
-        encoder = AutoModel.from_pretrained(encoder_dir, **no_pooler(AutoConfig.from_pretrained(encoder_dir)))
+        if spec.get("lora"):
+            from heads.lora import load_adapter
+
+            encoder = load_adapter(directory, spec["lora"]["base"], spec["lora"]["vocab_size"])
+        else:
+            encoder_dir = os.path.join(directory, "encoder")
+            encoder = AutoModel.from_pretrained(encoder_dir, **no_pooler(AutoConfig.from_pretrained(encoder_dir)))
         head_kwargs = dict(spec["head_kwargs"])
         if spec.get("format", 1) < 2 and spec["head"] in ("sequence", "pair"):
             head_kwargs["architecture"] = "roberta"  # format 1: dropout → dense → tanh → dropout → out
         model = cls(encoder, spec["head"], head_kwargs, frozen=spec["frozen"], meta=spec["meta"],
-                    layers=spec.get("layers", "last"))
+                    layers=spec.get("layers", "last"), lora=spec.get("lora"))
         model.head.load_state_dict(load_file(os.path.join(directory, "head.safetensors")))
         if model.mixer.scalar_mix is not None:
             model.mixer.load_state_dict(load_file(os.path.join(directory, "layers.safetensors")))

@@ -97,7 +97,8 @@ def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = N
 
     if quantize not in QUANTIZE:
         raise ConfigError(f"export.quantize must be null or int8, got '{quantize}'")
-    model, native, tokenizer, note = load_native(model_dir)
+    exported = load_native(model_dir)
+    model, native, tokenizer = exported.model, exported.native, exported.tokenizer
     if input_fields(model.meta):  # e.g. kotune_windows: a document's logits combine its windows' outside the class
         raise ConfigError(f"cannot export {model_dir} to ONNX: it reads documents as windows (task.long_text=windows), "
                           "whose logits kotune combines outside the native class; export.format=native writes it "
@@ -118,7 +119,7 @@ def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = N
             "exporter": "torch.onnx (dynamo)", "native_class": type(native).__name__}
     write_json_atomic(os.path.join(out_dir, EXPORT_FILE), spec)
     sizes = {f: round(os.path.getsize(os.path.join(out_dir, f)) / 1e6, 1) for f in files}
-    return {**export_summary(model, native, out_dir, note), "format": "onnx", "onnx_files": files,
+    return {**export_summary(exported, out_dir), "format": "onnx", "onnx_files": files,
             "onnx_mb": sizes, "model_file": spec["model_file"], "opset": opset}
 
 

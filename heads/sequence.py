@@ -1,5 +1,6 @@
 """[CLS] heads for single texts and sentence pairs (classification, or regression when
-``num_labels == 1``), shaped as the encoder architecture's own head (heads/native.py)."""
+``num_labels == 1``, or a sigmoid per label when ``multi_label``), shaped as the encoder
+architecture's own head (heads/native.py)."""
 from __future__ import annotations
 
 import torch
@@ -7,14 +8,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from heads.layers import check_pooling, pool
-from heads.loss import LabelledCrossEntropy
+from heads.loss import WeightedCrossEntropy
 from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
 
 SEQUENCE_STYLES = ("bert", "roberta", "electra")
 
 
-class SequenceHead(LabelledCrossEntropy):
+class SequenceHead(WeightedCrossEntropy):
     """Pooled state → the architecture's classifier:
 
     - ``bert``: dense → tanh (BERT's pooler; KotuneModel copies the checkpoint's) → dropout → out;
@@ -22,16 +23,24 @@ class SequenceHead(LabelledCrossEntropy):
     - ``electra``: dropout → dense → GELU → dropout → out.
 
     ``pooling="mean"`` (``mode.pooling``) feeds the masked mean of the real tokens instead of [CLS]
-    to the same layers."""
+    to the same layers.
+
+    The loss is HF's for the config's ``problem_type``: MSE (one label), cross-entropy (weighted by
+    ``class_weights`` when given: ``train.class_weights``), or with ``multi_label`` a binary
+    cross-entropy per label on multi-hot float labels (``multi_label_classification``: the mean over
+    rows × labels)."""
 
     label_fields = LABEL_FIELDS["sequence"]
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, pooling: str = "cls",
-                 architecture: str = "bert", init_std: float = 0.02):
+                 architecture: str = "bert", init_std: float = 0.02, multi_label: bool = False,
+                 class_weights: list[float] | None = None):
         super().__init__()
         if architecture not in SEQUENCE_STYLES:
             raise ValueError(f"sequence head architecture must be one of {SEQUENCE_STYLES}, got {architecture!r}")
         self.num_labels = num_labels
+        self.multi_label = bool(multi_label)
+        self.init_class_weights(class_weights)
         self.architecture = architecture
         self.pooling = check_pooling(pooling) or "cls"
         self.dense = nn.Linear(hidden_size, hidden_size)
@@ -51,11 +60,23 @@ class SequenceHead(LabelledCrossEntropy):
         return self.out(self.dropout(x))
 
     def loss_sums(self, logits: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
+        if self.multi_label:  # the collator may pad the label vectors (-100) to a multiple of 8: cut
+            return [F.binary_cross_entropy_with_logits(logits.float(), labels[..., : self.num_labels].float(),
+                                                       reduction="sum")]
         if self.num_labels == 1:  # regression: the mean squared error over the rows
             return [F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction="sum")]
         return super().loss_sums(logits, labels)
 
     def loss_counts(self, labels: torch.Tensor) -> torch.Tensor:
+        if self.multi_label:  # every row's every label
+            return torch.tensor([labels[..., : self.num_labels].numel()], device=labels.device)
         if self.num_labels == 1:
             return torch.tensor([labels.numel()], device=labels.device)
         return super().loss_counts(labels)
+
+    def weighting(self) -> str | None:
+        if self.multi_label:
+            return "its loss is a sigmoid per label (task=multi_label), not a choice among classes"
+        if self.num_labels == 1:
+            return "it is a regression (one output), with no classes to weight"
+        return None

@@ -13,19 +13,21 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from heads.loss import LabelledCrossEntropy
+from heads.loss import WeightedCrossEntropy
 from heads.native import init_new_layers
 from tasks.base import LABEL_FIELDS
 
 
-class TokenHead(LabelledCrossEntropy):
+class TokenHead(WeightedCrossEntropy):
     """Each token state → dropout → linear → tag logits, shape (batch, tokens, labels): the
     ``classifier`` of ``*ForTokenClassification``."""
 
     label_fields = LABEL_FIELDS["token"]
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, init_std: float = 0.02):
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, init_std: float = 0.02,
+                 class_weights: list[float] | None = None):
         super().__init__()
+        self.init_class_weights(class_weights)  # train.class_weights (heads/loss.py)
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_size, num_labels)
         init_new_layers(self, init_std)
@@ -34,7 +36,7 @@ class TokenHead(LabelledCrossEntropy):
         return self.out(self.dropout(hidden_states))
 
 
-class CharTokenHead(LabelledCrossEntropy):
+class CharTokenHead(WeightedCrossEntropy):
     """A tag per character, as a correction of the covering token's tag: logits =
     linear(token state) + linear₀(GELU(dense(LN(token state + position embeddings)))), with linear₀
     zero-initialised, so training starts from the subword head's answer (every character of a
@@ -44,8 +46,9 @@ class CharTokenHead(LabelledCrossEntropy):
     label_fields = LABEL_FIELDS["token_char"]
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, max_char_positions: int = 16,
-                 init_std: float = 0.02):
+                 init_std: float = 0.02, class_weights: list[float] | None = None):
         super().__init__()
+        self.init_class_weights(class_weights)
         self.max_char_positions = max_char_positions
         # positions past the last embedding share it (only very long [UNK] tokens get there)
         self.from_start = nn.Embedding(max_char_positions, hidden_size)

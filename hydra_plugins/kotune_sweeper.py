@@ -4,7 +4,8 @@ hydra-optuna-sweeper keeps the study in SQLite under the sweep directory (conf/h
 this subclass makes re-running the same command a resume: ``n_trials`` counts the study's finished
 trials too, trials left running by a killed sweep are marked failed, job numbers (and so trial
 directories) continue after the earlier ones, the direction follows the task, and every searched
-key is checked against the composed config before the first trial. At the end the best trial's
+key is checked against the composed config before the first trial (and one that another setting
+makes a no-op leaves the search, kotune/sweeps.py). At the end the best trial's
 score and full config go to ``best_trial.yaml`` in the sweep directory.
 """
 from __future__ import annotations
@@ -18,6 +19,9 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
 from omegaconf import DictConfig, OmegaConf
+
+from kotune.overrides import flat_keys
+from kotune.sweeps import drop_shadowed
 
 log = logging.getLogger(__name__)
 BEST_FILE = "best_trial.yaml"
@@ -46,15 +50,6 @@ def check_search_keys(config: DictConfig, keys: list[str]) -> None:
             "hydra.sweeper.params in conf/hparams_search/ or the command line")
 
 
-def flat_keys(node: Any, prefix: str = "") -> list[str]:
-    if not isinstance(node, dict):
-        return [prefix[:-1]] if prefix else []
-    out = [prefix[:-1]] if prefix else []
-    for k, v in node.items():
-        out += flat_keys(v, f"{prefix}{k}.")
-    return out
-
-
 class ResumableOptunaSweeper(OptunaSweeper):
     """hydra-optuna-sweeper with resume semantics (see the module docstring)."""
 
@@ -69,6 +64,7 @@ class ResumableOptunaSweeper(OptunaSweeper):
         impl = self.sweeper
         cfg = impl.config
         check_search_keys(cfg, search_keys(impl.params, arguments))
+        impl.params, arguments = drop_shadowed(cfg, impl.params, arguments)  # e.g. epochs under train.max_steps
         if impl.direction in (None, "auto"):
             impl.direction = "maximize" if cfg.task.get("greater_is_better", True) else "minimize"
         maximize = getattr(impl.direction, "name", impl.direction) == "maximize"

@@ -9,7 +9,9 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from kotune.checkpoint import checkpoint_model_dir, read_spec
 from kotune.runtime import pad_multiple, seed_everything
+from kotune.weighting import apply_class_weights, check_class_weights
 from tasks import build_task
 from tasks.base import EncodeSettings, Split, Task, encode_cached, load_splits
 from tasks.errors import ConfigError, KotuneError
@@ -50,18 +52,6 @@ def make_collator(tokenizer, cfg: DictConfig):
     return DynamicPaddingCollator(tokenizer.pad_token_id, pad_multiple(cfg.train))
 
 
-def checkpoint_model_dir(path: str) -> str:
-    from heads.onnx import is_onnx_export
-
-    if is_onnx_export(path):
-        raise ConfigError(f"checkpoint={path} is an ONNX export: this action needs a kotune checkpoint (a run "
-                          "directory or its model/); action=predict, eval and serve read an export")
-    for candidate in (path, os.path.join(path, "model")):
-        if os.path.exists(os.path.join(candidate, "kotune.json")):
-            return candidate
-    raise KotuneError(f"checkpoint={path}: no saved model there (expected {path}/model/kotune.json)")
-
-
 @dataclass
 class Encoder:
     """What an action needs to encode text for a model: the tokenizer, the encoder's config and
@@ -74,6 +64,7 @@ class Encoder:
     token_type_ids: bool
     model: Any = None      # KotuneModel from a checkpoint
     encoder: Any = None    # a fresh encoder (pretrained or random) from cfg.model
+    base: Any = None       # mode=lora: what rebuilds the fresh encoder as built (heads.lora.base_record)
 
 
 def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] | None,
@@ -94,6 +85,11 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
         # a sequence head starts from a pretrained BERT's pooler (heads/native.py): keep it for them
         encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed),
                                head_kind=task.head if task is not None else None)
+    base = None
+    if encoder is not None and cfg.mode.get("lora"):  # recorded before a task's tokens grow the embeddings
+        from heads.lora import base_record
+
+        base = base_record(OmegaConf.to_container(cfg.model, resolve=True), encoder, int(cfg.train.seed))
     added = add_special_tokens(tokenizer, encoder, task.special_tokens if task is not None else ())  # RE's <subj>
     if added and cfg.mode.frozen:  # their new embedding rows are random, and a frozen encoder never trains them
         warn(f"mode=frozen: the {added} token(s) task {task.name} adds ({', '.join(task.special_tokens)}) "
@@ -101,7 +97,7 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
             "with tokens it knows (RE: task.markers=typed_punct)")
     config = encoder.config if encoder is not None else build_config(cfg.model, len(tokenizer))
     return Encoder(tokenizer, config, resolve_max_length(requested_max_length(cfg), config),
-                   uses_token_type_ids(config), encoder=encoder)
+                   uses_token_type_ids(config), encoder=encoder, base=base)
 
 
 def load_checkpoint_side(cfg: DictConfig, task: Task | None, onnx: bool = False) -> Encoder:
@@ -135,6 +131,51 @@ def load_checkpoint_side(cfg: DictConfig, task: Task | None, onnx: bool = False)
                    model=model, encoder=getattr(model, "encoder", None))
 
 
+def lora_settings(cfg: DictConfig, loaded: Encoder) -> dict | None:
+    """``mode=lora``'s adapter settings for a fresh encoder (heads/lora.py), or None in other modes."""
+    if not cfg.mode.get("lora"):
+        return None
+    from heads.lora import new_token_rows
+
+    m = cfg.mode
+    targets = m.get("target_modules")
+    return {"r": int(m.r), "alpha": float(m.alpha), "dropout": float(m.dropout),
+            "target_modules": OmegaConf.to_container(targets) if OmegaConf.is_config(targets) else targets,
+            "base": loaded.base, "token_rows": new_token_rows(loaded.encoder, loaded.base["vocab_size"])}
+
+
+def check_checkpoint_mode(cfg: DictConfig, model, checkpoint: str, training: bool) -> None:
+    """A checkpoint is read as the mode that saved it. Asking ``mode=lora`` of a checkpoint without
+    an adapter, or continuing training in another mode than the saved one, is one line saying which."""
+    saved, asked = model.mode, str(cfg.mode.name)
+    if saved == asked:
+        return
+    if asked == "lora":
+        model_dir = checkpoint_model_dir(checkpoint)
+        raise ConfigError(f"mode=lora: checkpoint {checkpoint} was saved by mode={saved} (its whole encoder, no LoRA "
+                          f"adapter); read it without mode=lora, or put LoRA on its encoder in a new run with "
+                          f"model.name_or_path={model_dir}/encoder +model.tokenizer_path={model_dir}")
+    if training and saved == "lora":
+        raise ConfigError(f"checkpoint {checkpoint} was saved by mode=lora (an adapter on "
+                          f"{model.lora['base']['model'].get('name_or_path') or model.lora['base']['model'].get('name')}); "
+                          f"continue it with mode=lora, or action=export it (the adapter merged) and start "
+                          f"mode={asked} from the export with model.name_or_path=EXPORT_DIR")
+    if training:
+        raise ConfigError(f"checkpoint {checkpoint} was saved by mode={saved}: continue it with mode={saved} "
+                          f"(mode={asked} would train it another way than its own)")
+    if saved == "lora":
+        log(f"checkpoint {checkpoint}: a LoRA adapter (r={model.lora['r']} on {model.lora['target_modules']}) "
+            f"and its head, read as mode=lora")
+
+
+def use_saved_columns(task: Task, meta: dict) -> None:
+    """The columns the checkpoint's task read in training (``data.<role>_column`` or a conventional
+    name it found) are this task's defaults when it is that task: a file like the training file
+    needs no column settings; a ``data.<role>_column`` still wins (``Task.use_columns``)."""
+    if meta.get("columns") and meta.get("task") == task.name:
+        task.default_columns = dict(meta["columns"])
+
+
 def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
     """The requested task, with the options the checkpoint's model depends on taken from what was
     saved (``Task.saved_options``): a different head is an error, an encoding difference a warning
@@ -142,8 +183,11 @@ def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
     that fits (an NLI model on a text_pair file) is fine."""
     saved_head = meta.get("head")
     if saved_head and saved_head != task.head:  # e.g. QA's task.decode=char needs the span_char head
-        raise ConfigError(f"checkpoint {checkpoint} has a '{saved_head}' head; task {task.name} with these "
-                          f"options needs '{task.head}' (use the task options it was trained with)")
+        other = meta.get("task") not in (None, task.name)
+        hint = (f"leave task= out to use the checkpoint's task={meta['task']}" if other
+                else "leave the task options out: the checkpoint's apply")
+        raise ConfigError(f"task={task.name}: checkpoint {checkpoint} has a '{saved_head}' head, this task with "
+                          f"these options needs '{task.head}' ({hint})")
     saved = meta.get("task_options") or {}
     changes = {}
     for option, policy in task.saved_options.items():
@@ -172,6 +216,7 @@ class Built:
     def __init__(self, task: Task, splits: dict[str, Split], tokenizer, model, features: dict, max_length: int):
         self.task, self.splits, self.tokenizer, self.model = task, splits, tokenizer, model
         self.features, self.max_length = features, max_length
+        self.class_weights: dict | None = None  # train.class_weights: {label: {count, weight}} (kotune/weighting.py)
         # what Trainer reads per split: the model columns, or with them cached frozen states
         self.inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
         self.cache_report: dict = {}
@@ -189,13 +234,18 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     task = build_task(cfg.task)
     if cfg.get("checkpoint") and not new_head:
         loaded = load_encoder_side(cfg, task, None, onnx=onnx)
+        if getattr(loaded.model, "runtime", None) != "onnxruntime":  # an export is a plain native model
+            check_checkpoint_mode(cfg, loaded.model, cfg.checkpoint, "train" in need)
         task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_kind}, cfg.checkpoint)
+        use_saved_columns(task, loaded.model.meta)
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
         model = loaded.model
     else:
+        if cfg.get("checkpoint"):  # action=probe: a new head on the checkpoint's encoder
+            use_saved_columns(task, read_spec(cfg.checkpoint).get("meta") or {})
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
-        if "train" in splits:
-            task.fit_labels(splits["train"].examples)
+        if "train" in splits:  # the training data, with any slice held out to tune a decision on
+            task.fit_labels([ex for s in ("train", "tune") if s in splits for ex in splits[s].examples])
             if "validation" in splits:
                 task.check_labels(splits["validation"].examples, splits["validation"].where)
         first = splits.get("train") or next(iter(splits.values()))
@@ -203,10 +253,16 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
         head_kwargs = dict(task.head_kwargs(), dropout=cfg.train.get("head_dropout"))  # None: the architecture's
         meta = {"task": task.name, "labels": task.labels, "max_length": loaded.max_length,
                 "token_type_ids": loaded.token_type_ids, "model": cfg.model.name,
-                "task_options": {k: task.cfg.get(k) for k in task.saved_options}}
-        model = KotuneModel(loaded.encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
-                            layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"))
+                "task_options": {k: task.cfg.get(k) for k in task.saved_options},
+                "columns": OmegaConf.to_container(task.cfg.columns) if task.cfg.get("columns") else None}
+        # a checkpoint lends its encoder alone (action=probe): a LoRA adapter merged into its base
+        encoder = loaded.model.bare_encoder() if loaded.model is not None else loaded.encoder
+        model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
+                            layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"),
+                            lora=lora_settings(cfg, loaded))
     model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/windows.py)
+    fresh_head = not cfg.get("checkpoint") or new_head
+    check_class_weights(cfg, model, task.name, fresh_head)
     settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
     features = {}
     for split, data in splits.items():
@@ -214,6 +270,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
         features[split] = encode_cached(task, data.examples, loaded.tokenizer, settings, cfg.cache_dir)
     built = Built(task, splits, loaded.tokenizer, model, features, loaded.max_length)
     built.settings = settings
+    built.class_weights = apply_class_weights(cfg, model, task.labels, features.get("train"), fresh_head)
     if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint") or new_head):
         use_frozen_cache(cfg, built)
     return built

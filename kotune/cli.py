@@ -11,11 +11,11 @@ from omegaconf import DictConfig
 
 from kotune.config import CONF_DIR, GROUPS
 from kotune.job import execute, finished_results
+from kotune.overrides import job_overrides, open_dict_overrides, unknown_key  # noqa: F401 (bench/ imports it here)
 from kotune.runtime import quiet_libraries, release_memory
+from kotune.sweeps import SWEPT_ENV, swept_keys
 from tasks.base import fingerprint
 from tasks.log import log
-
-OPEN_DICTS = ("model.config_overrides.", "model.tokenizer_kwargs.")
 
 
 def summary(results: dict) -> str:
@@ -83,29 +83,6 @@ def sweep_id(argv: list[str]) -> str:
     return "sweep-" + fingerprint(overrides)[:10]
 
 
-def open_dict_overrides(argv: list[str]) -> list[str]:
-    """``model.config_overrides.X=V`` works without Hydra's ``+``/``++``: these dicts are open by
-    design (any field of the architecture's config), so the override is made add-or-replace. So is
-    a task option only some tasks have (``task.crf``, tasks.GUARDED_OPTIONS): a task without it then
-    refuses it in one line saying which tasks take it."""
-    from tasks import GUARDED_OPTIONS
-
-    guarded = tuple(f"task.{option}=" for option in GUARDED_OPTIONS)
-    return [f"++{a}" if a.startswith(OPEN_DICTS + guarded) else a for a in argv]
-
-
-def quote_non_ascii(argv: list[str]) -> list[str]:
-    """Hydra's override grammar rejects unquoted non-ASCII values (``embed.target=은행``, a path
-    with Hangul): quote plain ones; lists, sweeps and already quoted values stay as typed."""
-    out = []
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if sep and not key.startswith("-") and not value.isascii() and not any(c in value for c in "'\"[]{}(),"):
-            arg = f"{key}='{value}'"
-        out.append(arg)
-    return out
-
-
 def shared_run_dir(argv: list[str]) -> list[str]:
     """Under torchrun every process composes its own config: the default run directory's
     timestamp could differ between them (rank 0's results and model in one directory, another
@@ -122,5 +99,11 @@ def run() -> None:
     """``python run.py ARGS``: check and rewrite argv, then Hydra's main."""
     check_choices(sys.argv[1:])
     os.environ.setdefault("KOTUNE_SWEEP_ID", sweep_id(sys.argv[1:]))
-    sys.argv[1:] = shared_run_dir(quote_non_ascii(open_dict_overrides(sys.argv[1:])))
+    os.environ[SWEPT_ENV] = ",".join(swept_keys(sys.argv[1:]))  # the job directories' names (kotune/sweeps.py)
+    argv = job_overrides(sys.argv[1:])
+    problem = unknown_key(argv)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    sys.argv[1:] = shared_run_dir(argv)
     main()

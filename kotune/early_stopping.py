@@ -51,6 +51,15 @@ def callbacks(cfg: DictConfig) -> list:
     return [EarlyStoppingCallback(early_stopping_patience=n, early_stopping_threshold=threshold(cfg))] if n else []
 
 
+def has_stopped(trainer) -> bool:
+    """Did early stopping end the training (its patience used up)? A stop for another reason (a
+    callback of the user's, a test's interruption) is no finished run: a rerun resumes it."""
+    from transformers import EarlyStoppingCallback
+
+    return any(isinstance(cb, EarlyStoppingCallback) and cb.early_stopping_patience_counter >= cb.early_stopping_patience
+               for cb in trainer.callback_handler.callbacks)
+
+
 def report(trainer, cfg: DictConfig) -> dict | None:
     """results.json's ``early_stopping``: where training stopped, the steps it was given, whether it
     stopped early, the evaluations made (the best step is ``best_step``); None when off."""

@@ -22,11 +22,12 @@ from tasks.errors import ConfigError
 from tasks.io import write_jsonl_atomic
 from tasks.log import log
 
-REPORT_KEYS = ("n_train", "n_eval", "n_predict", "trainable_params", "total_params", "head_params", "mix_params",
+REPORT_KEYS = ("n_train", "n_eval", "n_predict", "n_tune", "trainable_params", "total_params", "head_params",
+               "mix_params",
                "max_length", "layers", "indices", "scalar_mix", "pooling", "cache", "encode_s",
                "head_train_s", "train_samples_per_second", "train_loss", "eval_samples_per_second",
-               "checkpoint", "onnx_file", "resumed_from", "best_step", "metrics_last", "early_stopping",
-               "predictions_file", "metrics", "data")
+               "checkpoint", "onnx_file", "resumed_from", "best_step", "metrics_last", "early_stopping", "class_weights",
+               "decision", "predictions_file", "metrics", "data")
 
 
 def concat_padded(parts: list) -> Any:
@@ -103,6 +104,16 @@ def predict(trainer, b: Built, split: str) -> tuple[list, dict]:
     return predict_rows(trainer, b.task, b.features[split], b.inputs[split], b.splits[split].examples)
 
 
+def fit_decision(trainer, b: Built) -> None:
+    """After training: a task that holds a slice of the training data out (``Task.tune_fraction``,
+    multi-label ``task.threshold=tune``) fits its decision on it; what training resolved goes into
+    the model's saved ``task_options``, so that eval and predict of the checkpoint decide alike."""
+    if "tune" in b.splits:
+        outputs, _ = predict(trainer, b, "tune")
+        b.task.fit_decision(outputs, b.splits["tune"].examples)
+    b.model.meta.setdefault("task_options", {}).update(b.task.fitted_options())
+
+
 def write_predictions(run_dir: str, b: Built, split: str, outputs: list) -> str:
     """predictions.jsonl in input order, plus the task's own files (QA: predictions.json)."""
     path = os.path.join(run_dir, "predictions.jsonl")
@@ -121,6 +132,7 @@ def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: lis
         {f"n_{'eval' if s == 'validation' else s}": len(d.examples) for s, d in b.splits.items()},
         **b.model.report(), max_length=b.max_length, cache=b.cache_report or {"status": "off"},
         encode_s=b.cache_report.get("encode_s"), **speed, checkpoint=cfg.get("checkpoint"),
+        class_weights=b.class_weights, decision=b.task.decision(),
         metrics=b.task.score(outputs, b.splits[split].examples) if scored else {},
         data={s: d.source for s, d in b.splits.items()})
     if (cfg.save_predictions or split == "predict") and is_rank_zero():

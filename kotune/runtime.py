@@ -77,6 +77,7 @@ def quiet_libraries() -> None:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # peft asks transformers 5 the old way
     for name in ("transformers", "datasets", "accelerate"):
         logging.getLogger(name).setLevel(logging.WARNING)
     try:

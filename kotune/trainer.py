@@ -15,6 +15,7 @@ from transformers import PreTrainedModel, Trainer, TrainingArguments
 
 from kotune import early_stopping
 from kotune.build import Built, make_collator
+from kotune.optim import check_layer_decay, parameter_groups
 from kotune.resume import COMPLETE, resume_identity
 from kotune.runtime import cpu_only, dataloader_workers, world_size
 from tasks.errors import ConfigError, KotuneError
@@ -118,19 +119,22 @@ class KotuneTrainer(Trainer):
     - Evaluation keeps input order: transformers 5 reuses the *training* length-grouped
       sampler (random megabatches) for evaluation and prediction when
       ``train_sampling_strategy="group_by_length"``, which permutes predictions.
-    - The scalar mix gets its own learning rate (``mix_learning_rate``: ``train.mix_learning_rate``).
+    - The scalar mix gets its own learning rate (``mix_learning_rate``: ``train.mix_learning_rate``),
+      the encoder's layers decaying ones with ``layer_lr_decay`` < 1 (kotune/optim.py).
     - A step's loss is the mean over its effective batch's labelled items whatever the split into
       micro-batches (``train.grad_accum``) and processes: ``num_items_in_batch`` holds, per loss
       term, the items of all of the step's micro-batches (``loss_counts``), and the loss divides
       the heads' sums by it (heads/loss.py), where Trainer's own count covers only ``labels``.
-    - Checkpoints hold only what trains (a frozen encoder is not saved again), end with a
+    - Checkpoints hold only what trains (a frozen encoder is not saved again, a LoRA one only as
+      its adapter), end with a
       completion marker carrying the running loss sum (exact ``train_loss`` after a resume) and
       ``resume_config`` (what a resume must match), and load with the encoder's keys allowed missing."""
 
     def __init__(self, *args, mix_learning_rate: float | None = None, resume_config: dict | None = None,
-                 tensorboard_dir: str | None = None, **kwargs):
+                 tensorboard_dir: str | None = None, layer_lr_decay: float = 1.0, **kwargs):
         super().__init__(*args, **kwargs)
         self.mix_learning_rate = mix_learning_rate
+        self.layer_lr_decay = float(layer_lr_decay)
         self.resume_config = resume_config
         if tensorboard_dir and self.is_world_process_zero():
             from transformers.integrations import TensorBoardCallback
@@ -170,20 +174,19 @@ class KotuneTrainer(Trainer):
     def create_optimizer(self, model=None):
         model = self.model if model is None else model
         mix = [p for n, p in model.named_parameters() if n.startswith("mixer.") and p.requires_grad]
-        if self.optimizer is not None or not mix or self.mix_learning_rate is None:
+        own_mix = bool(mix) and self.mix_learning_rate is not None
+        if self.optimizer is not None or not (own_mix or self.layer_lr_decay < 1.0):
             return super().create_optimizer(model)
-        decay = set(self.get_decay_parameter_names(model))
-        rest = [(n, p) for n, p in model.named_parameters() if p.requires_grad and not n.startswith("mixer.")]
-        groups = [{"params": [p for n, p in rest if n in decay], "weight_decay": self.args.weight_decay},
-                  {"params": [p for n, p in rest if n not in decay], "weight_decay": 0.0},
-                  {"params": mix, "weight_decay": 0.0, "lr": float(self.mix_learning_rate)}]
+        groups = parameter_groups(model, set(self.get_decay_parameter_names(model)), self.args.weight_decay,
+                                  self.args.learning_rate, self.mix_learning_rate if own_mix else None,
+                                  self.layer_lr_decay)
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
         self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
         return self.optimizer
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        if state_dict is None and getattr(self.model, "frozen", False):
-            state_dict = {k: v for k, v in self.model.state_dict().items() if not k.startswith("encoder.")}
+        if state_dict is None and hasattr(self.model, "trained_state_dict"):
+            state_dict = self.model.trained_state_dict()
         super()._save(output_dir, state_dict=state_dict)
 
     def _save_checkpoint(self, model, trial) -> None:
@@ -191,16 +194,17 @@ class KotuneTrainer(Trainer):
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
             loss_sum = self._total_loss_scalar + float(self._tr_loss.item())
-            # stopped: training ends at this checkpoint (its last step, or early stopping): a rerun is finished
+            # stopped: early stopping ends training at this checkpoint, so a rerun is finished (a stop
+            # for any other reason, such as an interruption, leaves the run to be resumed)
             write_json_atomic(os.path.join(folder, COMPLETE),
                               {"step": self.state.global_step, "loss_sum": loss_sum, "config": self.resume_config,
-                               "stopped": bool(self.control.should_training_stop)})
+                               "stopped": bool(self.control.should_training_stop) and early_stopping.has_stopped(self)})
 
     def _load_state(self, directory: str) -> None:
         state = safetensors.torch.load_file(os.path.join(directory, "model.safetensors"))
         missing, unexpected = self.model.load_state_dict(state, strict=False)
-        allowed = getattr(self.model, "frozen", False)
-        if unexpected or any(not (allowed and k.startswith("encoder.")) for k in missing):
+        needed = set(self.model.trained_state_dict())  # the fixed rest comes from the model as built
+        if unexpected or any(k in needed for k in missing):
             raise KotuneError(f"{directory}: checkpoint does not fit this model "
                               f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
 
@@ -250,6 +254,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
         data_collator=make_collator(b.tokenizer, cfg),
         compute_metrics=compute_metrics if do_eval else None,
         mix_learning_rate=cfg.train.get("mix_learning_rate"),
+        layer_lr_decay=check_layer_decay(cfg.train.get("layer_lr_decay", 1.0), bool(cfg.mode.frozen)),
         resume_config=resume_identity(cfg),
         tensorboard_dir=tensorboard_dir(cfg, run_dir) if train is not None else None,
         callbacks=early_stopping.callbacks(cfg) if train is not None else None,

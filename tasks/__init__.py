@@ -8,6 +8,7 @@ from tasks.base import Task
 from tasks.classification import ClassificationTask
 from tasks.errors import ConfigError
 from tasks.dp import DependencyTask
+from tasks.multi_label import MultiLabelTask
 from tasks.ner import NerTask, TokenTask
 from tasks.qa import QATask
 from tasks.re import RelationTask
@@ -18,6 +19,7 @@ TASKS: dict[str, type[Task]] = {
     "sts": ClassificationTask,
     "text_cls": ClassificationTask,
     "text_pair": ClassificationTask,
+    "multi_label": MultiLabelTask,
     "ner": NerTask, "token_cls": TokenTask,
     "mrc": QATask, "korquad": QATask, "qa": QATask,
     "re": RelationTask, "dp": DependencyTask,

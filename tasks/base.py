@@ -13,9 +13,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
 from tasks.errors import ConfigError, DataError
+from tasks.folds import assign_folds, fold_settings
 from tasks.io import ReadOptions, load_hub_split, sha256_of
 from tasks.log import log
 
@@ -34,12 +35,30 @@ LABEL_FIELDS: dict[str, tuple[str, ...]] = {
 # column ``task.columns.<role>`` names by default (KLUE's names for KLUE tasks, text/label for custom
 # files). A task whose column map has no such role refuses the setting rather than ignore it.
 DATA_COLUMNS: dict[str, str] = {"id": "id_column", "text": "text_column", "text_pair": "text_pair_column",
-                                "label": "label_column"}
+                                "label": "label_column", "group": "group_column"}
 
 
-def column_settings(data: DictConfig) -> dict[str, str]:
-    """The ``data.<role>_column`` settings given: role → column name."""
-    return {role: str(data.get(key)) for role, key in DATA_COLUMNS.items() if data.get(key) is not None}
+class LabelWithProbabilities(str):
+    """A predicted label that also carries each class's probability: a plain string for metrics
+    and comparisons, the probabilities for predictions.jsonl (and RE's AUPRC in action=score)."""
+
+    def __new__(cls, label: str, probabilities: Any):
+        obj = super().__new__(cls, label)
+        obj.probabilities = probabilities
+        return obj
+
+
+def column_settings(data: DictConfig) -> dict[str, str | list[str]]:
+    """The ``data.<role>_column`` settings given: role → column name (a list names several:
+    ``task=multi_label`` reads a label set from more than one column)."""
+    out: dict[str, str | list[str]] = {}
+    for role, key in DATA_COLUMNS.items():
+        value = data.get(key)
+        if isinstance(value, ListConfig):
+            out[role] = [str(v) for v in value]
+        elif value is not None:
+            out[role] = str(value)
+    return out
 
 
 @dataclass
@@ -89,6 +108,7 @@ class Task:
         self.labels: list[str] | None = list(cfg.labels) if cfg.get("labels") else None
         self.reading = ReadOptions()  # load_splits sets data.format / data.quoting here
         self.default_columns: dict = dict(cfg.get("columns") or {})
+        self.explicit_columns: set[str] = set()  # roles a data.<role>_column names (never looked up by name)
 
     # ---- reading -------------------------------------------------------------------------
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
@@ -115,6 +135,7 @@ class Task:
                 raise ConfigError(f"data.{DATA_COLUMNS[role]}={value}: task {self.name} has no {role} "
                                   f"column ({reads})")
             columns[role] = value
+        self.explicit_columns = set(column_settings(data))
         if columns:
             self.cfg.columns = columns
 
@@ -132,6 +153,31 @@ class Task:
         row of its own). Why: KLUE NLI writes three hypotheses per premise, one of each label; a
         row-level split shows a model two of them in training and scores it on the third, which a
         model that remembers premises gets wrong by construction (below chance)."""
+        return None
+
+    def split_group(self, example: dict) -> str | None:
+        """The group that keeps examples on one side of any split (``data.validation_split``,
+        ``data.folds``, a tuning slice): the ``data.group_column`` value where one is read, else
+        :meth:`holdout_group`."""
+        return example["group"] if "group" in example else self.holdout_group(example)
+
+    @property
+    def tune_fraction(self) -> float:
+        """The share of the training examples a task holds out of training to fit its decision on
+        (``task=multi_label task.threshold=tune``); 0: none."""
+        return 0.0
+
+    def fit_decision(self, outputs: list[Any], examples: list[dict]) -> None:
+        """Fit the decision on the held-out training slice (``tune_fraction``): its outputs and examples."""
+
+    def fitted_options(self) -> dict:
+        """Task options training resolved (tuned thresholds), saved with the model's ``task_options``
+        so that a checkpoint decides as its training run did."""
+        return {}
+
+    def decision(self) -> dict | None:
+        """What turns this task's logits into outputs beyond an argmax (multi-label thresholds), for
+        results.json; None when nothing does."""
         return None
 
     @property
@@ -220,13 +266,18 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
     files = {"train": data.get("train_file"), "validation": data.get("validation_file"),
              "predict": data.get("predict_file")}
     holdout = float(data.get("validation_split") or 0.0)
+    folds = fold_settings(data)  # (K, i) for data.folds=K data.fold=i, else None
     wants = [s for s in ("train", "validation") if s in need]
     if holdout and files["validation"] and wants:
         raise ConfigError(f"data.validation_split={holdout} and data.validation_file={files['validation']} "
                           "are both set: keep one (data.validation_file=null holds out part of the train file)")
+    if folds and wants and (holdout or files["validation"]):
+        other = f"data.validation_split={holdout}" if holdout else f"data.validation_file={files['validation']}"
+        raise ConfigError(f"data.folds={folds[0]} holds out fold {folds[1]} of data.train_file as the validation "
+                          f"split; {other} is set too: drop it")
     if data.get("source") == "sample":  # the preset's files stand in for those not given
         files["train"] = files["train"] or sample_file(task.cfg, "train")
-        if not holdout:
+        if not holdout and not folds:
             files["validation"] = files["validation"] or sample_file(task.cfg, "validation")
     use_files = any(files[s] for s in ("train", "validation"))
     task.reading = ReadOptions(data.get("format"), data.get("quoting"))
@@ -234,7 +285,10 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
     out: dict[str, Split] = {}
 
     def from_file(path: str, labelled: bool = True) -> Split:
-        return Split(task.read_file(path, labelled=labelled), {"file": path, "sha256": sha256_of(path)})
+        examples = task.read_file(path, labelled=labelled)
+        if not examples:  # a header alone, or blank lines: say so before any split or count
+            raise DataError(path, None, "no rows (the file holds no examples)")
+        return Split(examples, {"file": path, "sha256": sha256_of(path)})
 
     def from_hub(split: str) -> Split:
         hub = task.cfg.get("hub")
@@ -243,6 +297,7 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
                               "(and data.validation_file=...) or use data=sample")
         ignored = [f"data.{DATA_COLUMNS[role]}={value}" for role, value in column_settings(data).items()]
         ignored += [f"data.validation_split={holdout}"] if holdout else []
+        ignored += [f"data.folds={folds[0]}"] if folds else []
         if ignored:
             raise ConfigError(f"{ignored[0]} applies to local files, but {hub.path} ({hub.get('name')}) is read "
                               "from the hub with its own columns and splits: add data.train_file=FILE or drop it")
@@ -264,11 +319,15 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
                 out["train"] = train
                 if "validation" in wants:
                     out["validation"] = from_file(files["validation"])
+            elif folds:
+                out["train"], out["validation"] = _fold(train, *folds, int(data.get("fold_seed") or 0),
+                                                        task.split_group)
             elif holdout > 0:
-                out["train"], out["validation"] = _holdout(train, holdout, seed, task.holdout_group)
+                out["train"], out["validation"] = _holdout(train, holdout, seed, task.split_group)
             else:
-                raise ConfigError("only data.train_file is given: add data.validation_file=FILE "
-                                  "or data.validation_split=0.2 to hold out a seeded fraction")
+                raise ConfigError("only data.train_file is given: add data.validation_file=FILE, "
+                                  "data.validation_split=0.2 to hold out a seeded fraction, or "
+                                  "data.folds=5 data.fold=0 for a cross-validation fold")
         elif "validation" in wants:
             out["validation"] = from_file(files["validation"])
     elif wants:
@@ -280,17 +339,23 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
         if split in out and limit:
             out[split].examples = out[split].examples[: int(limit)]
             out[split].source["max_samples"] = int(limit)
+    if "train" in out and task.tune_fraction:  # out of training, never the validation split's
+        out["train"], out["tune"] = _holdout(out["train"], task.tune_fraction, seed, task.split_group,
+                                             name="tune")
     for split, s in out.items():
         if not s.examples:
             raise DataError(s.where, None, f"no examples in the {split} split")
     return out
 
 
-def _holdout(train: Split, fraction: float, seed: int, group=lambda ex: None) -> tuple[Split, Split]:
-    """A seeded ``fraction`` of whole groups (``Task.holdout_group``; rows without one are groups of
-    one, split exactly as a shuffle of the rows)."""
+def _holdout(train: Split, fraction: float, seed: int, group=lambda ex: None,
+             name: str = "validation") -> tuple[Split, Split]:
+    """A seeded ``fraction`` of whole groups (``Task.split_group``; rows without one are groups of
+    one, split exactly as a shuffle of the rows); ``name``: validation (``data.validation_split``)
+    or tune (a task's ``tune_fraction``)."""
+    option = "data.validation_split" if name == "validation" else "task.tune_fraction"
     if not 0 < fraction < 1:
-        raise ConfigError(f"data.validation_split must be between 0 and 1, got {fraction}")
+        raise ConfigError(f"{option} must be between 0 and 1, got {fraction}")
     groups: dict[Any, list[int]] = {}
     for i, ex in enumerate(train.examples):
         key = group(ex)
@@ -303,12 +368,27 @@ def _holdout(train: Split, fraction: float, seed: int, group=lambda ex: None) ->
             break
         val_idx += members
     if len(val_idx) == len(train.examples):
-        raise DataError(train.where, None, f"data.validation_split={fraction}: the rows form {len(order)} "
+        raise DataError(train.where, None, f"{option}={fraction}: the rows form {len(order)} "
                                            "group(s), too few to hold some out and keep some for training")
     held = set(val_idx)
-    src = dict(train.source, validation_split=fraction, split_seed=seed)
+    keys = ({"validation_split": fraction, "split_seed": seed} if name == "validation"
+            else {f"{name}_split": fraction, f"{name}_split_seed": seed})
+    src = dict(train.source, **keys)
     return (Split([ex for i, ex in enumerate(train.examples) if i not in held], dict(src, part="train")),
-            Split([ex for i, ex in enumerate(train.examples) if i in held], dict(src, part="held-out")))
+            Split([ex for i, ex in enumerate(train.examples) if i in held],
+                  dict(src, part="held-out" if name == "validation" else name)))
+
+
+def _fold(train: Split, folds: int, fold: int, seed: int, group=lambda ex: None) -> tuple[Split, Split]:
+    """Cross-validation: fold ``fold`` of ``folds`` (tasks/folds.py: whole groups, seeded by
+    ``data.fold_seed``, the same partition for every fold and training seed) is the validation split."""
+    assignment = assign_folds([group(ex) for ex in train.examples], folds, seed)
+    if len(set(assignment)) < folds:
+        raise DataError(train.where, None, f"data.folds={folds}: the rows form {len(set(assignment))} group(s), "
+                                           f"fewer than the {folds} folds")
+    src = dict(train.source, folds=folds, fold=fold, fold_seed=seed)
+    return (Split([ex for ex, f in zip(train.examples, assignment) if f != fold], dict(src, part="train")),
+            Split([ex for ex, f in zip(train.examples, assignment) if f == fold], dict(src, part=f"fold {fold}")))
 
 
 def fingerprint(obj: Any) -> str:

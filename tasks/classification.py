@@ -2,8 +2,11 @@
 ``text_cls`` / ``text_pair`` tasks for custom CSV/TSV/JSON/JSONL files.
 
 Columns come from an explicit map (``task.columns``: id, text, text_pair, label: the task's defaults,
-which ``data.<role>_column`` replaces; ``Task.use_columns``), never guessed. Labels are mapped by
-*name*: hub and KLUE-baseline label orders differ.
+which ``data.<role>_column`` replaces; ``Task.use_columns``), never guessed: a file without the
+default text column(s) is read by a conventional name only when exactly one fits
+(``tasks.io.KNOWN_TEXT_COLUMNS``: ``sentence``, ``document``; pairs ``sentence1/sentence2``,
+``premise/hypothesis``). Labels are mapped by *name*: hub and KLUE-baseline label orders differ.
+Predictions carry the input text and each label's probability.
 """
 from __future__ import annotations
 
@@ -14,17 +17,22 @@ from typing import Any, Iterable
 import numpy as np
 
 from tasks.metric_sets import classification_scores, sts_scores
-from tasks.base import EncodeSettings, Task
-from tasks.errors import DataError
-from tasks.io import field, read_records, require_columns
+from tasks.base import EncodeSettings, LabelWithProbabilities, Task
+from tasks.errors import ConfigError, DataError
+from tasks.io import (KNOWN_PAIR_COLUMNS, KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records,
+                      require_columns)
 from tasks.windows import encode_windows, window_options
+
+PROBABILITY_DIGITS = 4  # predictions.jsonl: each label's probability, rounded for reading
 
 
 class ClassificationTask(Task):
     """[CLS] classification (``num_labels`` > 1) or regression (``task.regression: true``)."""
 
-    # a regression head is not a classifier; a model trained on windowed documents reads them so
-    saved_options = {"regression": "error", "long_text": "saved", "window_stride": "saved", "window_pool": "saved"}
+    # a regression head is not a classifier, nor a sigmoid per label (task=multi_label) a softmax; a
+    # model trained on windowed documents reads them so
+    saved_options = {"regression": "error", "multi_label": "error", "long_text": "saved", "window_stride": "saved",
+                     "window_pool": "saved"}
     own_options = ("long_text", "window_stride", "window_pool", "max_windows_per_batch")
 
     def __init__(self, cfg):
@@ -37,9 +45,10 @@ class ClassificationTask(Task):
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
         cols = self.cfg.columns
         records = read_records(path, self.cfg.get("format") or self.reading.format, self.reading.quoting)
-        needed = {"text": cols.text, "text_pair": cols.get("text_pair")}
+        self._conventional_columns(path, records)
+        needed = {"text": cols.text, "text_pair": cols.get("text_pair"), "group": cols.get("group")}
         if labelled:  # a predict file may come without labels
-            needed["label"] = cols.label
+            needed.update(self.label_columns())
         require_columns(path, records, needed, self.column_options)
         examples = []
         for where, row in records:
@@ -49,13 +58,40 @@ class ClassificationTask(Task):
             ex["text"] = self._text(path, where, field(path, where, row, cols.text))
             if cols.get("text_pair"):
                 ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair))
-            raw = field(path, where, row, cols.label, required=labelled)
-            if raw is not None and raw != "":
-                ex["label"] = self._label(path, where, raw)
-            elif labelled:
-                raise DataError(path, where, f"empty label (column '{cols.label}')")
+            if cols.get("group"):  # data.group_column: rows that stay on one side of any split
+                ex["group"] = str(field(path, where, row, cols.group))
+            self.read_label(path, where, row, ex, labelled)
             examples.append(ex)
         return examples
+
+    def label_columns(self) -> dict[str, str]:
+        """Role → the column a labelled file must have."""
+        column = self.cfg.columns.label
+        if not isinstance(column, str):
+            raise ConfigError(f"data.label_column={list(column)} names several columns: one label per text "
+                              f"comes from one column (a label set from several: task=multi_label)")
+        return {"label": column}
+
+    def read_label(self, path: str, where: str, row: dict, ex: dict, labelled: bool) -> None:
+        """``ex["label"]`` from the row (absent in an unlabelled predict file)."""
+        column = self.label_columns()["label"]
+        raw = field(path, where, row, column, required=labelled)
+        if raw is not None and raw != "":
+            ex["label"] = self._label(path, where, raw)
+        elif labelled:
+            raise DataError(path, where, f"empty label (column '{column}')")
+
+    def _conventional_columns(self, path: str, records: list) -> None:
+        """Text roles with neither a data.<role>_column nor their default column in the file:
+        the conventional names (tasks/io.py), recorded in ``task.columns`` (saved with the model)."""
+        roles = ("text", "text_pair") if self.head == "pair" else ("text",)
+        if not records or self.explicit_columns & set(roles):
+            return
+        known = KNOWN_PAIR_COLUMNS if self.head == "pair" else tuple((name,) for name in KNOWN_TEXT_COLUMNS)
+        found = conventional_columns(path, column_names(records), tuple(self.cfg.columns[r] for r in roles), known,
+                                     tuple(self.column_options[r] for r in roles))
+        for role, name in zip(roles, found):
+            self.cfg.columns[role] = name
 
     def read_hub(self, rows, path: str) -> list[dict]:
         cols = self.cfg.hub.columns
@@ -135,9 +171,7 @@ class ClassificationTask(Task):
         if self.head == "pair":
             columns["text_pair"] = [ex["text_pair"] for ex in examples]
         if all("label" in ex for ex in examples):
-            label_id = {name: i for i, name in enumerate(self.labels or [])}
-            columns["labels"] = [float(ex["label"]) if self.regression else label_id[ex["label"]]
-                                 for ex in examples]
+            columns["labels"] = self.label_values(examples)
         if self.windows is not None:  # a row per document, its input a list of windows
             labels = {"labels": columns["labels"]} if "labels" in columns else {}
             return datasets.Dataset.from_dict({**encode_windows(tokenizer, examples, self.head == "pair",
@@ -154,6 +188,13 @@ class ClassificationTask(Task):
         return raw.map(tokenize, batched=True, remove_columns=[c for c in ("text", "text_pair")
                                                                 if c in columns],
                        desc=f"tokenizing {self.name}")
+
+    def label_values(self, examples: list[dict]) -> list:
+        """The ``labels`` column: a class id per example (a float for regression)."""
+        if self.regression:
+            return [float(ex["label"]) for ex in examples]
+        label_id = {name: i for i, name in enumerate(self.labels or [])}
+        return [label_id[ex["label"]] for ex in examples]
 
     def encode_key(self) -> dict:
         return {k: v for k, v in super().encode_key().items() if k != "max_windows_per_batch"}  # memory only
@@ -174,10 +215,14 @@ class ClassificationTask(Task):
 
     # ---- decoding and scoring ------------------------------------------------------------
     def decode(self, predictions, features, examples: list[dict]) -> list[Any]:
-        logits = np.asarray(predictions)
+        logits = np.asarray(predictions, dtype=np.float64)
         if self.regression:
             return [float(v) for v in logits.reshape(len(logits), -1)[:, 0]]
-        return [self.labels[i] for i in logits.argmax(-1)]
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        return [LabelWithProbabilities(self.labels[i], dict(zip(self.labels, (round(float(p), PROBABILITY_DIGITS)
+                                                                                for p in row))))
+                for i, row in zip(logits.argmax(-1), probs)]
 
     def score(self, outputs: list[Any], examples: list[dict]) -> dict[str, float]:
         golds = [ex["label"] for ex in examples]
@@ -186,6 +231,15 @@ class ClassificationTask(Task):
         return classification_scores(outputs, golds, labels=self.labels)
 
     def prediction_records(self, outputs: list[Any], examples: list[dict]) -> list[dict]:
-        return [dict({"id": ex["id"], "prediction": out},
-                     **({"gold": ex["label"]} if "label" in ex else {}))
-                for out, ex in zip(outputs, examples)]
+        """The input (text, and text_pair for pairs), the prediction, each label's probability
+        (classification), and the gold label where the file has one."""
+        records = []
+        for out, ex in zip(outputs, examples):
+            record = {"id": ex["id"], "text": ex["text"]}
+            if "text_pair" in ex:
+                record["text_pair"] = ex["text_pair"]
+            record["prediction"] = out if self.regression else str(out)
+            if getattr(out, "probabilities", None) is not None:
+                record["probabilities"] = out.probabilities
+            records.append(dict(record, **({"gold": ex["label"]} if "label" in ex else {})))
+        return records

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tasks.errors import DataError, KotuneError
-from tasks.io import field, read_records, write_json_atomic, write_jsonl_atomic
+from tasks.io import (KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records, write_json_atomic,
+                      write_jsonl_atomic)
 from tasks.log import log
 
 
@@ -36,11 +37,13 @@ def read_txt_lines(path: str) -> list[str]:
         raise DataError(path, raw[:e.start].count(b"\n") + 1, "not UTF-8 text") from None
 
 
-def read_texts(path: str, column: str = "text", fmt: str | None = None,
-               quoting: str | None = "auto", option: str = "embed.column") -> list[tuple[str, str]]:
+def read_texts(path: str, column: str | None = "text", fmt: str | None = None,
+               quoting: str | None = "auto", option: str = "embed.column",
+               default: str = "text") -> list[tuple[str, str]]:
     """``(where, text)`` pairs: one text per line of a .txt file (blank lines skipped), or the
     ``column`` of a CSV/TSV/JSON/JSONL file (``quoting``: auto | none | csv, as data.quoting;
-    ``option``: the config key named in errors)."""
+    ``option``: the config key named in errors). ``column=None``: ``default``, else the one
+    conventional text column the file has (``KNOWN_TEXT_COLUMNS``)."""
     fmt = fmt or ("txt" if os.path.splitext(path)[1].lower() in (".txt", "") else None)
     if fmt == "txt":
         lines = read_txt_lines(path)
@@ -49,7 +52,11 @@ def read_texts(path: str, column: str = "text", fmt: str | None = None,
             log(f"{path}: skipped {len(lines) - len(rows)} blank line(s)")
     else:
         rows = []
-        for where, record in read_records(path, fmt, quoting):
+        records = read_records(path, fmt, quoting)
+        if column is None:
+            known = tuple((name,) for name in KNOWN_TEXT_COLUMNS)
+            column = conventional_columns(path, column_names(records), (default,), known, (option,))[0]
+        for where, record in records:
             value = field(path, where, record, column)
             if not isinstance(value, str) or not value.strip():
                 raise DataError(path, where, f"{option} '{column}': empty or non-text value {value!r}")

@@ -14,12 +14,17 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from tasks.errors import ConfigError, DataError, KotuneError
-from tasks.log import warn
+from tasks.log import log, warn
 
 Record = tuple[str, dict]
 QUOTINGS = ("auto", "none", "csv")
 MAX_LISTED_COLUMNS = 12
 CSV_QUOTED = re.compile(r'^"(?:[^"]|"")*""(?:[^"]|"")*"$')  # "…""…"": a field written CSV-style
+# Conventional names of a text column (run_glue's, KLUE's, Hugging Face datasets'), tried when the
+# task's default column is absent and no data.<role>_column is set: a fixed list, not a guess —
+# exactly one present is used (and logged), several present is an error asking for the setting.
+KNOWN_TEXT_COLUMNS = ("sentence", "text", "document")
+KNOWN_PAIR_COLUMNS = (("text", "text_pair"), ("sentence1", "sentence2"), ("premise", "hypothesis"))
 
 
 @dataclass
@@ -157,20 +162,45 @@ def require_columns(path: str, records: list[Record], columns: dict[str, str],
     """Every column the task's column map needs must be in the file: ``FILE has no column 'x'
     (columns: …; set OPTION=)``. ``columns`` maps a role (text, label) to its column name (a dotted
     name is checked by its first part); ``options`` names the setting that chooses each role's column."""
-    present: dict[str, None] = {}
-    for _, row in records:
-        present.update(dict.fromkeys(row))
+    names = column_names(records)
     if not records:
         return
     for role, column in columns.items():
-        if column is None or column.split(".")[0] in present:
+        if column is None or column.split(".")[0] in names:
             continue
-        names = list(present)
         listed = ", ".join(names[:MAX_LISTED_COLUMNS]) + (", …" if len(names) > MAX_LISTED_COLUMNS else "")
         option = (options or {}).get(role, f"task.columns.{role}")
         quoted = (" — the header looks CSV-quoted: set data.quoting=csv"
                   if names and all(n.startswith('"') and n.endswith('"') for n in names) else "")
         raise DataError(path, None, f"has no column '{column}' (columns: {listed}; set {option}=){quoted}")
+
+
+def column_names(records: list[Record]) -> list[str]:
+    """The columns the rows of a file have, in the order they first appear."""
+    present: dict[str, None] = {}
+    for _, row in records:
+        present.update(dict.fromkeys(row))
+    return list(present)
+
+
+def conventional_columns(path: str, present: list[str], wanted: tuple[str, ...],
+                         known: tuple[tuple[str, ...], ...], options: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns to read for roles whose default names (``wanted``) the file lacks: the one entry
+    of ``known`` whose names are all present (logged); ``wanted`` itself when none is (the caller's
+    missing-column error follows); several is a DataError naming them and the settings
+    (``options``) that choose."""
+    if all(name in present for name in wanted):
+        return wanted
+    found = [names for names in known if all(name in present for name in names)]
+    if len(found) > 1:
+        listed = " or ".join("/".join(names) for names in found)
+        raise DataError(path, None, f"has no column {'/'.join(repr(n) for n in wanted)} and could be read as "
+                                    f"{listed}: set {' and '.join(f'{o}=' for o in options)}")
+    if found:
+        log(f"{path}: no {'/'.join(wanted)} column: reading {'/'.join(found[0])}, the conventional name "
+            f"({' and '.join(f'{o}=' for o in options)} names another)")
+        return found[0]
+    return wanted
 
 
 def text_lines(path: str, f) -> Iterator[str]:

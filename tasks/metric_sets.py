@@ -13,6 +13,12 @@ def classification_scores(predictions: list, references: list, labels: list | No
             "macro_f1": metrics.macro_f1(predictions, references, labels=labels)}
 
 
+def multi_label_scores(predictions: list[list[str]], references: list[list[str]], labels: list[str]) -> dict[str, float]:
+    """Multi-label classification (a set of labels per example): micro F1 (over every label's
+    decisions), macro F1, samples F1, subset accuracy and each label's F1 (``f1_<label>``), ×100."""
+    return metrics.multi_label_scores(predictions, references, labels)
+
+
 def sts_scores(predictions: list[float], references: list[float], threshold: float = 3.0) -> dict[str, float]:
     """KLUE STS: Pearson r and F1 after thresholding both sides at ``threshold`` ×100."""
     return {"pearson": metrics.pearson(predictions, references),

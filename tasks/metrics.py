@@ -31,6 +31,7 @@ __all__ = [
     "macro_f1",
     "pearson",
     "binary_f1_at",
+    "multi_label_scores",
     "ner_entity_f1",
     "ner_char_f1",
     "NER_ENTITY_TAGS",
@@ -151,6 +152,46 @@ def binary_f1_at(preds: list[float], golds: list[float], threshold: float = 3.0)
     fp = sum(1 for a, b in zip(p, g) if a == 1 and b == 0)
     fn = sum(1 for a, b in zip(p, g) if a == 0 and b == 1)
     return 100.0 * _f1_from_counts(tp, fp, fn, 0.0)
+
+
+# ---------------------------------------------------------------------------
+# Multi-label classification (a set of labels per example)
+# ---------------------------------------------------------------------------
+
+
+def multi_label_scores(preds: list, golds: list, labels: list) -> dict[str, float]:
+    """Multi-label F1s x100 over ``labels``; each prediction and gold is a collection of label
+    names (empty: no label). Reproduces ``sklearn.metrics.f1_score`` on the binarised sets:
+
+    * ``micro_f1``: ``average="micro"`` (true/false positives pooled over every label);
+    * ``macro_f1``: ``average="macro"``, a label never gold nor predicted scoring 0 (sklearn's
+      default ``zero_division``);
+    * ``samples_f1``: ``average="samples", zero_division=1``: an example with no gold and no
+      predicted label is a correct empty answer (1), not 0/0;
+    * ``subset_accuracy``: the share of examples whose predicted set is the gold set
+      (``accuracy_score`` on the indicator rows);
+    * ``f1_<label>``: each label's own F1 (``average=None``).
+
+    Names outside ``labels`` count as false positives / negatives of no listed label (ignored)."""
+    _check_same_length(preds, golds)
+    if not labels:
+        raise ValueError("no labels")
+    pred_sets, gold_sets = [set(p) for p in preds], [set(g) for g in golds]
+    counts = {c: [0, 0, 0] for c in labels}  # tp, fp, fn
+    for p, g in zip(pred_sets, gold_sets):
+        for c in labels:
+            if c in p or c in g:
+                counts[c][0 if c in p and c in g else 1 if c in p else 2] += 1
+    per_label = {c: _f1_from_counts(*counts[c], 0.0) for c in labels}
+    known = set(labels)
+    samples = [_f1_from_counts(len(p & g & known), len((p - g) & known), len((g - p) & known), 1.0)
+               for p, g in zip(pred_sets, gold_sets)]
+    out = {"micro_f1": 100.0 * _f1_from_counts(*(sum(v[k] for v in counts.values()) for k in range(3)), 0.0),
+           "macro_f1": 100.0 * sum(per_label.values()) / len(labels),
+           "samples_f1": 100.0 * sum(samples) / len(samples),
+           "subset_accuracy": 100.0 * sum(p & known == g & known for p, g in zip(pred_sets, gold_sets)) / len(golds)}
+    out.update({f"f1_{c}": 100.0 * f for c, f in per_label.items()})
+    return out
 
 
 # ---------------------------------------------------------------------------

@@ -33,7 +33,8 @@ from tasks.log import log
 from tasks.tagging import (BIO, DECODES, LABEL_SUBWORDS, LAYOUTS, SCHEME_ALIASES, SCHEMES, align, char_label, char_slots,
                            continuation, detect_layout, detect_scheme, entity_spans, fill_uncovered, from_iob2,
                            inside_sentence, is_label_slot, Layout, layout, location, orphan_and_space_checks,
-                           read_lines, tag_parts, TagPresence, to_iob2, unit_tags, units_of, Warnings)
+                           predicted_entities, read_lines, tag_parts, TagPresence, to_iob2, unit_tags, units_of,
+                           Warnings)
 from tasks.transitions import bio_constraints, repair_bio
 
 
@@ -206,6 +207,10 @@ class TokenTask(Task):
                 continue
             if "\t" not in line and not labelled:
                 presence.check(n, False)
+                if sentences == []:  # the first plain sentence: say what a tag will belong to
+                    log(f"{path}: plain sentences: a tag per {'word, split on spaces' if self.join else 'character'} "
+                        f"(task.join={self.join!r}); if the training file's units were segmented otherwise (e.g. "
+                        "morphemes), give the same units here, one per line")
                 units = units_of(line, self.join)
                 sentences.append((n, units, None, [n] * len(units)))
                 continue
@@ -407,11 +412,18 @@ class TokenTask(Task):
                                           self.labels, entities=self.scheme != "none")
 
     def prediction_records(self, outputs: list[list[str]], examples: list[dict]) -> list[dict]:
-        """Tags written in the files' own scheme (IOBES, PER-B, ...), as they were read."""
+        """The text, its units (the words or characters each tag belongs to), the tags in the
+        files' own scheme (IOBES, PER-B, ...: as they were read), the entities they make (type,
+        text, character offsets in ``text``) and the gold tags where the file has them."""
         scheme = self.scheme or "iob2"
-        return [dict({"id": ex["id"], "text": self.text(ex), "prediction": from_iob2(out, scheme)},
-                     **({"gold": from_iob2(ex["tags"], scheme)} if "tags" in ex else {}))
-                for out, ex in zip(outputs, examples)]
+        records = []
+        for out, ex in zip(outputs, examples):
+            record = {"id": ex["id"], "text": self.text(ex), "units": list(ex["units"]),
+                      "prediction": from_iob2(out, scheme)}
+            if scheme != "none":
+                record["entities"] = predicted_entities(ex["units"], self.join, out)
+            records.append(dict(record, **({"gold": from_iob2(ex["tags"], scheme)} if "tags" in ex else {})))
+        return records
 
     # ---- pipeline ceiling ----------------------------------------------------------------
     def ceiling(self, features, examples: list[dict]) -> tuple[dict[str, float], dict]:

@@ -42,7 +42,7 @@ def file_list(value) -> list[str]:
     return [str(value)] if isinstance(value, str) else [str(v) for v in value]
 
 
-def read_lines(paths: list[str], column: str, fmt: str | None, quoting: str | None = "auto") -> list[str]:
+def read_lines(paths: list[str], column: str | None, fmt: str | None, quoting: str | None = "auto") -> list[str]:
     """Every non-blank line of ``.txt`` files, or the ``column`` of CSV/TSV/JSON/JSONL files."""
     lines: list[str] = []
     for path in paths:
@@ -56,7 +56,8 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in SENTENCE_END.split(text.strip()) if s]
 
 
-def read_documents(paths: list[str], column: str, fmt: str | None, quoting: str | None = "auto") -> list[list[str]]:
+def read_documents(paths: list[str], column: str | None, fmt: str | None,
+                   quoting: str | None = "auto") -> list[list[str]]:
     """Documents as lists of sentences: the blank-line-separated blocks of a ``.txt`` file that has
     blank lines between texts (one sentence per line, as BERT's pretraining data), else each
     text (a line, or a CSV/TSV/JSONL ``column`` value) cut into sentences by ``split_sentences``."""
@@ -100,7 +101,8 @@ def load_text(data: DictConfig, seed: int, documents: bool = False) -> dict[str,
     if not train_files:
         raise ConfigError("action=pretrain needs data.train_file=FILE (.txt, one text per line, or "
                           "CSV/TSV/JSONL with data.text_column; a list of files is allowed)")
-    column, fmt, quoting = str(data.get("text_column") or "text"), data.get("format"), data.get("quoting", "auto")
+    column = None if data.get("text_column") is None else str(data.text_column)  # None: text, or a conventional name
+    fmt, quoting = data.get("format"), data.get("quoting", "auto")
     read = read_documents if documents else read_lines
 
     def text(units: list, source: str) -> Text:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tasks.base import LabelWithProbabilities
 from tasks.errors import DataError
 from tasks.io import file_format, read_json, read_records
 from tasks.log import warn
@@ -35,14 +36,12 @@ OPTIONAL_COLUMNS = ("truncated_words",)  # read with a record where the file has
 SHOWN = 5
 
 
-class LabelWithProbabilities(str):
-    """A predicted label that also carries the file's class probabilities: a plain string for
-    every task, and AUPRC's input for RE."""
+class LabelsWithProbabilities(list):
+    """A predicted label set (multi-label) that also carries the file's label probabilities."""
 
-    def __new__(cls, label: str, probabilities: Any):
-        obj = super().__new__(cls, label)
-        obj.probabilities = probabilities
-        return obj
+    def __init__(self, labels: list, probabilities: Any):
+        super().__init__(labels)
+        self.probabilities = probabilities
 
 
 def _first(items) -> str:
@@ -80,9 +79,11 @@ def read_predictions(path: str, id_column: str = "id", prediction_column: str | 
         if record:
             out[key] = {c: row.get(c) for c in record + OPTIONAL_COLUMNS if c in record or c in row}
         else:
-            value = row.get(column)
-            out[key] = LabelWithProbabilities(value, row[PROBABILITIES]) \
-                if isinstance(value, str) and row.get(PROBABILITIES) is not None else value
+            value, probabilities = row.get(column), row.get(PROBABILITIES)
+            if probabilities is not None and isinstance(value, (str, list)):
+                value = (LabelWithProbabilities if isinstance(value, str) else LabelsWithProbabilities)(
+                    value, probabilities)
+            out[key] = value
     return out
 
 
@@ -137,6 +138,8 @@ def to_outputs(task, values: list[Any], examples: list[dict], path: str) -> list
         return outputs
     if isinstance(task, RelationTask):
         return _relation_outputs(task, values, examples, path)
+    if getattr(task, "multi_label", False):  # a label set per example (tasks/multi_label.py)
+        return task.outputs_from(values, [getattr(v, "probabilities", None) for v in values], examples, path)
     if kind == "dependency":  # a head (word number, 0 = root) and a relation per word
         outputs = [_dependency(v, ex, path) for v, ex in zip(values, examples)]
         check_labels([d for out in outputs for d in out["deprels"]], list(task.labels), path, "relation")
@@ -167,19 +170,22 @@ def _relation_outputs(task: RelationTask, values: list[Any], examples: list[dict
         warn(f"{path}: no class probabilities ('{PROBABILITIES}': {{relation: probability}} per row, as "
              "kotune's predictions.jsonl has them): scoring micro F1 only, AUPRC needs probabilities")
         return [{"label": str(v), "probs": None} for v in values]
-    outputs = []
-    for v, probs, ex in zip(values, given, examples):
-        if not isinstance(probs, dict) or set(probs) != set(labels):
-            raise DataError(path, None, f"id {ex['id']!r}: '{PROBABILITIES}' must map each of the "
-                                        f"{len(labels)} relations to its probability")
-        try:
-            row = [float(probs[name]) for name in labels]
-        except (TypeError, ValueError):
-            raise DataError(path, None, f"id {ex['id']!r}: a probability that is not a number") from None
-        if not all(math.isfinite(p) for p in row):
-            raise DataError(path, None, f"id {ex['id']!r}: a probability that is not finite")
-        outputs.append({"label": str(v), "probs": row})
-    return outputs
+    return [{"label": str(v), "probs": probability_row(probs, labels, path, f"id {ex['id']!r}", "relations")}
+            for v, probs, ex in zip(values, given, examples)]
+
+
+def probability_row(probs: Any, labels: list[str], path: str, where: str, what: str = "labels") -> list[float]:
+    """A row's ``{label: probability}`` as a list in ``labels`` order, every label present, finite."""
+    if not isinstance(probs, dict) or set(probs) != set(labels):
+        raise DataError(path, None, f"{where}: '{PROBABILITIES}' must map each of the {len(labels)} {what} "
+                                    "to its probability")
+    try:
+        row = [float(probs[name]) for name in labels]
+    except (TypeError, ValueError):
+        raise DataError(path, None, f"{where}: a probability that is not a number") from None
+    if not all(math.isfinite(p) for p in row):
+        raise DataError(path, None, f"{where}: a probability that is not finite")
+    return row
 def _dependency(value: Any, ex: dict, path: str) -> dict:
     """``{"heads": [...], "deprels": [...]}`` (or its JSON text) → the DP decode() output, checked."""
     if isinstance(value, str) and value.strip().startswith("{"):

@@ -288,6 +288,42 @@ def unit_tags(char_tags: list[str], lay: Layout) -> list[str]:
     return [char_tags[c] if c < len(char_tags) else "O" for c in lay.unit_first]
 
 
+def unit_offsets(units: list[str], join: str) -> list[tuple[int, int]]:
+    """Each unit's (start, end) character offsets in ``join.join(units)``."""
+    out, pos = [], 0
+    for u, unit in enumerate(units):
+        pos += len(join) if u else 0
+        out.append((pos, pos + len(unit)))
+        pos += len(unit)
+    return out
+
+
+def predicted_entities(units: list[str], join: str, tags: list[str]) -> list[dict]:
+    """The entities in IOB2 ``tags`` (one per unit) as ``pipeline(aggregation_strategy="simple")``
+    groups them: a ``B-X`` starts one, ``I-X`` continues an ``X`` entity (or starts one after
+    anything else), ``O`` ends it. Each: its type, its text and its character offsets in
+    ``join.join(units)`` (spaces at its edges left out)."""
+    text, offsets = join.join(units), unit_offsets(units, join)
+    groups: list[list] = []  # [type, first unit, last unit]
+    prev = "O"
+    for u, tag in enumerate(tags):
+        if tag.startswith("B-") or (tag.startswith("I-") and prev[2:] != tag[2:]):
+            groups.append([tag[2:], u, u])
+        elif tag.startswith("I-"):
+            groups[-1][2] = u
+        prev = tag if tag[:2] in ("B-", "I-") else "O"
+    out = []
+    for typ, first, last in groups:
+        start, end = offsets[first][0], offsets[last][1]
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if end > start:
+            out.append({"type": typ, "text": text[start:end], "start": start, "end": end})
+    return out
+
+
 def entity_spans(tags: list[str], keep: list[int]) -> set[tuple[str, int, int]]:
     """Strict IOB2 entities (as scored: over the kept units) as (type, first unit, last unit + 1)
     in unit indices; the same chunking as metrics.ner_entity_f1."""

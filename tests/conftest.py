@@ -27,15 +27,10 @@ def shared_path(rel: str) -> Path:
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    """A job's config as the command line composes it (kotune.overrides: checkpoint= included)."""
+    from kotune.overrides import compose as kotune_compose
 
-    from kotune.cli import open_dict_overrides
-
-    overrides = open_dict_overrides(overrides)
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
+    return kotune_compose(overrides, str(ROOT / "conf"))
 
 
 @pytest.fixture(scope="session")
@@ -60,8 +55,39 @@ def run_job(tmp_path, cache_dir):
     return _run
 
 
-def run_cli(args: list[str], timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``python run.py ARGS`` as a user types it."""
+def run_cli(args: list[str], timeout: int = 600, env: dict | None = None, cwd: Path | None = None
+            ) -> subprocess.CompletedProcess:
+    """``python run.py ARGS`` as a user types it (in ``cwd``: where outputs/ goes; default the repository)."""
     full_env = dict(os.environ, KOTUNE_PROGRESS="0", **(env or {}))
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd or ROOT, capture_output=True,
                           text=True, timeout=timeout, env=full_env)
+
+
+def assert_best_evaluation_kept(run_dir: Path, res: dict) -> None:
+    """A ``train.select_best`` run's results against the evaluations Trainer logged (the newest
+    checkpoint's trainer_state.json holds them all): ``best_step`` is the first best of the main
+    metric, ``metrics`` are that evaluation's, ``metrics_last`` the last one's."""
+    states = sorted((run_dir / "checkpoints").glob("checkpoint-*/trainer_state.json"),
+                    key=lambda p: int(p.parent.name.split("-")[1]))
+    history = json.loads(states[-1].read_text())["log_history"]
+    main = res["main_metric"]
+    greater = res["config"]["task"].get("greater_is_better", True)
+    evals = [h for h in history if f"eval_{main}" in h]
+    best = evals[0]
+    for h in evals[1:]:  # Trainer keeps an earlier best on a tie (strictly better replaces it)
+        if (h[f"eval_{main}"] > best[f"eval_{main}"]) if greater else (h[f"eval_{main}"] < best[f"eval_{main}"]):
+            best = h
+    assert res["best_step"] == best["step"], (res["best_step"], [(h["step"], h[f"eval_{main}"]) for h in evals])
+    assert res["metrics"][main] == pytest.approx(best[f"eval_{main}"], abs=1e-9, nan_ok=True), (res["metrics"], best)
+    assert set(res["metrics_last"]) == set(res["metrics"])
+    last = {k: evals[-1][f"eval_{k}"] for k in res["metrics_last"]}
+    assert res["metrics_last"] == pytest.approx(last, abs=1e-9, nan_ok=True), (res["metrics_last"], evals[-1])
+
+
+def encoder_inputs(overrides: list[str], split: str) -> dict[str, list]:
+    """What the encoder reads from ``split`` (its input ids, type ids and masks, row by row) in the
+    run that ``overrides`` describe: two files give a model the same inputs, or not."""
+    from kotune.build import build
+
+    features = build(compose(overrides), (split,)).features[split]
+    return {c: features[c] for c in ("input_ids", "token_type_ids", "attention_mask") if c in features.column_names}

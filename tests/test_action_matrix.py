@@ -1,35 +1,54 @@
-"""Every action on every task: each registered task is trained once (tiny encoder, its sample
-files), then every other action is tried against it, and each cell gives what another path gives,
+"""Every action on every task and training mode: each registered task is trained once (tiny
+encoder, its sample files), then every other action is tried against it, and each cell gives what another path gives,
 or refuses in one line saying why:
 
 - a rerun of a finished run (results.json lost: a crash in the final prediction, a sweep rerunning a
   failed job) = the first run, with the plain recipe and with ``train=klue`` (best checkpoint);
 - a run resumed from an earlier checkpoint = the uninterrupted run (tests/test_resume.py kills one);
 - ``eval`` of the checkpoint = the training run's metrics;
-- ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl;
+- ``predict`` on the dev file with its labels removed = the training run's predictions.jsonl, given
+  only ``checkpoint=`` (task, task options, columns and model come from the checkpoint);
 - ``score`` of the run's own predictions.jsonl = the training run's metrics;
-- ``export`` writes the native class, or refuses in one line; ``ceiling`` and ``embed`` run;
+- ``export`` writes the native class whose logits, through the task's decoding, give the training
+  run's predictions; the tasks whose head has no native class (EXPORT_REFUSED) refuse in one line;
+- ``ceiling`` of the tasks with an alignment to lose (CEILINGS) gives the reference alignment's
+  score (lossless: 100; NER: the entities with a boundary inside a token, counted apart; QA: the
+  whole tokens around each answer); the others refuse in one line;
 - ``export.format=onnx``: onnxruntime's logits = the checkpoint's (1e-4) on every dev example, and
-  ``predict`` from the export = the training run's predictions.jsonl; or a one-line refusal;
+  ``predict`` from the export = the training run's predictions.jsonl; the native refusals and
+  documents read as windows (ONNX_REFUSED) refuse in one line;
 - ``serve``'s predictor (tests/test_serve.py runs the HTTP server) answers the dev inputs as
   ``predict`` did, or the action refuses in one line;
-- ``probe`` (frozen heads on two layer choices of one encoding) runs on the trained encoder;
-- ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind).
+- ``embed`` gives a vector of the encoder's width per text;
+- ``probe`` (frozen heads on two layer choices of one encoding) reads the checkpoint's hidden
+  states, and its predictions score what its table says;
+- ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind) starts
+  from exactly the pretrained encoder.
 
 Options that change a task's model go through the same cells as variants of their task
 (``VARIANTS``): documents as windows (``task.long_text=windows``, a pair's second text), a CRF
 (``task.crf``, on subwords and on characters); their ``train=klue`` runs stop early
 (``train.early_stopping_patience``), so the rerun cell checks that a stopped run's rerun equals it.
+
+``mode=lora`` goes through every cell as a variant too, on one task per head kind (``LORA``: what
+LoRA changes is the encoder under the head; tasks that share a head differ in reading and decoding,
+which no mode touches), its ``train=klue`` recipe on ``KLUE_RECIPE_LORA`` only (the best checkpoint's
+path differs between modes only in what a checkpoint holds, which the plain recipe covers); LoRA also
+starts from ``pretrain``'s model for ``LORA_FROM_PRETRAINING``, read back by ``eval``.
 """
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+from safetensors.torch import load_file
 
-from conftest import compose
+from conftest import assert_best_evaluation_kept, compose, encoder_inputs
 
 SMALL = ["data=sample", "train.batch_size=16", "train.logging_steps=1"]
 TINY = ["model=tiny", *SMALL]
@@ -44,6 +63,18 @@ VARIANTS = {
     "token_cls+crf+char": ("token_cls", ["task.crf=true", "task.decode=char"]),
 }
 EARLY_STOPPING = ["train.early_stopping_patience=1"]
+# the README's list: heads with no native transformers class (RE's default entity-start pooling, DP's
+# parser, a CRF), by task or variant
+EXPORT_REFUSED = {"dp": "dependency", "dp_klue": "dependency", "re": "relation", "ner+crf": "token_crf",
+                  "token_cls+crf+char": "token_char_crf"}
+# ONNX: the native refusals, and documents read as windows (their logits combine outside the class)
+ONNX_REFUSED = set(EXPORT_REFUSED) | {"text_pair+windows"}
+# tasks whose encoding can lose gold labels (token alignment, windows); sentence tasks have none to lose
+CEILINGS = {"ner", "token_cls", "mrc", "korquad", "qa", "dp", "dp_klue", "ner+crf", "token_cls+crf+char"}
+# their sample words all start a token, or the decode is per character: every gold label survives
+LOSSLESS = {"token_cls", "dp", "dp_klue", "token_cls+crf+char"}
+KLUE_RECIPE_LORA = ("nli",)
+LORA_FROM_PRETRAINING = "nli"
 
 
 def registered_tasks() -> list[str]:
@@ -51,6 +82,18 @@ def registered_tasks() -> list[str]:
     from conftest import ROOT
 
     return sorted(p.stem for p in (ROOT / "conf" / "task").glob("*.yaml"))
+
+
+def one_task_per_head() -> list[str]:
+    from tasks import build_task
+
+    first: dict[str, str] = {}
+    for name in registered_tasks():
+        first.setdefault(build_task(compose([f"task={name}"]).task).head, name)
+    return sorted(first.values())
+
+
+LORA = {f"{task}+lora": (task, ["mode=lora"]) for task in one_task_per_head()}
 
 
 def job(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
@@ -129,6 +172,7 @@ UNLABELLED = {
     "sts": lambda p, o: _json_without(p, o, ("labels", "annotations")),
     "re": lambda p, o: _json_without(p, o, ("label",)),
     "text_pair": None,  # JSONL: below
+    "multi_label": None,  # by column name: below
     "text_cls": lambda p, o: _columns_without(p, o, (-1,), keep_header=True),
     "ner": lambda p, o: _columns_without(p, o, (-1,), keep_header=False),
     "token_cls": lambda p, o: _columns_without(p, o, (-1,), keep_header=False),
@@ -139,14 +183,29 @@ UNLABELLED = {
 }
 
 
+def _named_columns_without(path: Path, out: Path, names: set[str]) -> None:
+    """JSONL or a TSV with a header, without the columns ``names``."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in lines if line.strip()]
+        out.write_text("".join(json.dumps({k: v for k, v in r.items() if k not in names}, ensure_ascii=False) + "\n"
+                               for r in rows), encoding="utf-8")
+        return
+    header = lines[0].split("\t")
+    keep = [k for k, name in enumerate(header) if name not in names]
+    out.write_text("".join("\t".join(line.split("\t")[k] for k in keep) + "\n" for line in lines if line.strip()),
+                   encoding="utf-8")
+
+
 def unlabelled_dev(task_name: str, dev: Path, out_dir: Path) -> Path:
     task = compose([f"task={task_name}"]).task
     task_name = task.get("kind") or task.name  # a preset (dp_klue) reads its task's format
     out = out_dir / f"unlabelled{dev.suffix}"
     if task_name == "text_pair":
-        rows = [json.loads(line) for line in dev.read_text(encoding="utf-8").splitlines() if line.strip()]
-        out.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "label"}, ensure_ascii=False) + "\n"
-                               for r in rows), encoding="utf-8")
+        _named_columns_without(dev, out, {"label"})
+    elif task_name == "multi_label":  # every label column (the hate-speech preset has two)
+        label = task.columns.label
+        _named_columns_without(dev, out, {label} if isinstance(label, str) else set(label))
     else:
         UNLABELLED[task_name](dev, out)
     return out
@@ -159,27 +218,42 @@ def sample(task_name: str, split: str) -> Path:
 
 
 # ---- one training per task, shared by every cell ---------------------------------------------
-@pytest.fixture(scope="module", params=registered_tasks() + list(VARIANTS))
+@pytest.fixture(scope="module", params=registered_tasks() + list(VARIANTS) + list(LORA))
 def trained(request, tmp_path_factory, cache_dir):
-    task, options = VARIANTS.get(request.param, (request.param, []))
+    task, options = {**VARIANTS, **LORA}.get(request.param, (request.param, []))
+    lora = request.param in LORA
     root = tmp_path_factory.mktemp(f"matrix-{request.param}")
-    recipes = {"plain": [f"task={task}", *options, *PLAIN],
-               "klue": [f"task={task}", *options, *KLUE, *(EARLY_STOPPING if options else [])]}
-    plain = ok(job(recipes["plain"], root / "plain", cache_dir))
-    klue = ok(job(recipes["klue"], root / "klue", cache_dir))
-    assert klue["best_step"] is not None and klue["metrics_last"] is not None
-    assert (klue["early_stopping"] is not None) == bool(options)
-    assert not options or klue["early_stopping"]["stopped_early"]  # so the rerun cell reruns a stopped run
-    # every other cell runs the task with the variant's options
-    return {"task": task, "options": [f"task={task}", *options], "root": root, "plain": plain, "klue": klue,
-            "recipes": recipes, "cache": cache_dir}
+    recipes = {"plain": [f"task={task}", *options, *PLAIN]}
+    if not lora or task in KLUE_RECIPE_LORA:
+        recipes["klue"] = [f"task={task}", *options, *KLUE, *(EARLY_STOPPING if options and not lora else [])]
+    runs = {name: ok(job(overrides, root / name, cache_dir)) for name, overrides in recipes.items()}
+    if "klue" in runs:
+        klue = runs["klue"]
+        assert_best_evaluation_kept(root / "klue", klue)
+        assert (klue["early_stopping"] is not None) == (bool(options) and not lora)
+        assert not options or lora or klue["early_stopping"]["stopped_early"]  # so the rerun cell reruns a stopped run
+    if lora:  # the adapter and head only: the encoder's weights stay out of every checkpoint
+        assert runs["plain"]["trainable_params"] < runs["plain"]["total_params"]
+        saved = load_file(str(root / "plain" / "checkpoints" / "checkpoint-6" / "model.safetensors"))
+        encoder_keys = [k for k in saved if k.startswith("encoder.")]
+        assert encoder_keys and all("lora_" in k or "trainable_tokens" in k for k in encoder_keys), encoder_keys
+        assert not (root / "plain" / "model" / "encoder").exists() and (root / "plain" / "model" / "adapter").is_dir()
+    # every other cell runs the task with the variant's options; a LoRA variant is its task's for the
+    # cells that do not depend on the mode (export refusals, ceilings)
+    return {"name": task if lora else request.param, "task": task, "options": [f"task={task}", *options],
+            "root": root, **runs, "mode": "lora" if lora else "finetune", "recipes": recipes, "cache": cache_dir}
+
+
+def newest_checkpoint(run_dir: Path) -> int:
+    complete = (run_dir / "checkpoints").glob("checkpoint-*/kotune_complete.json")
+    return max(int(p.parent.name.split("-")[1]) for p in complete)
 
 
 def test_rerun_of_a_finished_run_gives_the_first_result(trained):
     for recipe, overrides in trained["recipes"].items():
         run_dir = copy_run(trained["root"] / recipe, trained["root"] / f"rerun-{recipe}")
         again = ok(job(overrides, run_dir, trained["cache"]))
-        assert again["resumed_from"] is not None  # it did find the finished training
+        assert again["resumed_from"] == newest_checkpoint(run_dir)  # it did find the finished training
         same(again, trained[recipe])
         assert predictions(run_dir) == predictions(trained["root"] / recipe)
 
@@ -199,13 +273,19 @@ def test_eval_of_the_checkpoint_gives_the_training_runs_metrics(trained):
 
 
 def test_predict_without_labels_gives_the_training_runs_predictions(trained):
+    """Neither task= nor model= given: the checkpoint's task, task options, columns and model apply."""
     task = trained["task"]
     unlabelled = unlabelled_dev(task, sample(task, "validation"), trained["root"])
     out = trained["root"] / "predict"
-    res = job([*trained["options"], *TINY, "action=predict", f"checkpoint={trained['root'] / 'plain'}",
-               f"data.predict_file={unlabelled}"], out, trained["cache"])
+    res = job(["action=predict", f"checkpoint={trained['root'] / 'plain'}", f"data.predict_file={unlabelled}"],
+              out, trained["cache"])
     ok(res)
+    assert (res["task"], res["model"], res["mode"]) == (task, "tiny", trained["mode"])
     assert predictions(out) == predictions(trained["root"] / "plain")
+    # a tiny run often predicts one label for every row: the model also read the same inputs from both files
+    setting = [*trained["options"], *TINY, f"checkpoint={trained['root'] / 'plain'}", f"cache_dir={trained['cache']}"]
+    assert encoder_inputs([*setting, f"data.predict_file={unlabelled}"], "predict") == \
+        encoder_inputs(setting, "validation")
 
 
 def test_score_of_the_runs_own_predictions_gives_its_metrics(trained):
@@ -216,16 +296,68 @@ def test_score_of_the_runs_own_predictions_gives_its_metrics(trained):
     same(res, trained["plain"], keys=("metrics",))
 
 
-def test_export_writes_the_native_class_or_refuses_in_one_line(trained):
+def with_native_logits(model, native):
+    """``model`` (a KotuneModel) with its encoder and head replaced by an exported native class: the
+    native logits in the head's layout (a span head's (start, end)), pooled over a document's
+    windows as kotune pools them; its loss, prediction and decoding stay kotune's."""
+    from heads.windows import pool_windows
+
+    span = model.head_kind == "span"
+
+    def logits(ids, mask, types):
+        out = model.native(input_ids=ids, attention_mask=mask, **({} if types is None else {"token_type_ids": types}))
+        return (out.start_logits, out.end_logits) if span else out.logits
+
+    model.native = native
+    model.tokens_logits = lambda ids, mask, types, layer_states, inputs: logits(ids, mask, types)
+    model.document_logits = lambda ids, mask, types, window_doc, inputs: pool_windows(
+        logits(ids, mask, types), window_doc, model.windows.pool)
+    return model
+
+
+def native_predictions(trained, export: dict, out: Path) -> list[dict]:
+    """The dev sample's predictions.jsonl as the exported class (loaded by transformers alone) gives
+    it: kotune's features in, its logits through the task's own decoding. On the way, its logits
+    equal the kotune model's (1e-5, the real tokens of per-token heads)."""
+    import transformers
+
+    from kotune.build import build, make_collator
+    from kotune.predict import predict, write_predictions
+    from kotune.trainer import make_trainer
+
+    cfg = compose([*trained["options"], *TINY, f"checkpoint={trained['root'] / 'plain'}",
+                   f"cache_dir={trained['cache']}"])
+    b = build(cfg, ("validation",))
+    rows = b.inputs["validation"]
+    batch = make_collator(b.tokenizer, cfg)([rows[i] for i in range(min(8, len(rows)))])
+    with torch.no_grad():
+        mine = b.model.eval()(**batch)["logits"]
+        native = getattr(transformers, export["native_class"]).from_pretrained(export["export_dir"])
+        theirs = with_native_logits(b.model, native).eval()(**batch)["logits"]
+    real = batch["attention_mask"].bool()
+    for a, t in zip(*((x,) if torch.is_tensor(x) else x for x in (mine, theirs))):
+        if b.model.head_kind in ("token", "span"):  # kotune masks padding for decoding; the native class does not
+            a, t = a[real], t[real]
+        assert torch.allclose(a, t, atol=1e-5), (a - t).abs().max()
+    outputs, _ = predict(make_trainer(cfg, b, str(out)), b, "validation")
+    write_predictions(str(out), b, "validation", outputs)
+    return predictions(out)
+
+
+def test_export_writes_the_native_class_that_predicts_as_kotune_or_refuses_in_one_line(trained):
     from transformers import AutoConfig
 
+    name = trained["name"]
     res = job([*trained["options"], *TINY, "action=export", f"checkpoint={trained['root'] / 'plain'}"],
               trained["root"] / "export", trained["cache"])
-    if res["status"] == "ok":
-        config = AutoConfig.from_pretrained(res["export_dir"])
-        assert config.num_labels == res["num_labels"] and config.architectures == [res["native_class"]]
-    else:
-        assert "cannot export" in refused_in_one_line(res)
+    if name in EXPORT_REFUSED:
+        assert f"the {EXPORT_REFUSED[name]} head has no native transformers class" in refused_in_one_line(res)
+        return
+    ok(res)
+    config = AutoConfig.from_pretrained(res["export_dir"])
+    assert config.num_labels == res["num_labels"] and config.architectures == [res["native_class"]]
+    assert res["lora_merged"] == (trained["mode"] == "lora")
+    assert native_predictions(trained, res, trained["root"] / "native") == predictions(trained["root"] / "plain")
 
 
 def same_records(ours: list[dict], theirs: list[dict]) -> None:
@@ -259,9 +391,10 @@ def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_
     task, run = trained["task"], trained["root"] / "plain"
     res = job([*trained["options"], *TINY, "action=export", "export.format=onnx", f"checkpoint={run}"],
               trained["root"] / "onnx", trained["cache"])
-    if res["status"] != "ok":
+    if trained["name"] in ONNX_REFUSED:
         assert "cannot export" in refused_in_one_line(res)
         return
+    ok(res)
     export = res["export_dir"]
     cfg = compose([*trained["options"], *TINY, f"checkpoint={run}", f"cache_dir={trained['cache']}"])
     b = build(cfg, ("validation",))
@@ -306,13 +439,54 @@ def test_serving_answers_as_predict_or_refuses_in_one_line(trained):
     same_records([{k: v for k, v in a.items() if k != "gold"} for a in answers], predictions(run))
 
 
-def test_ceiling_runs_or_refuses_in_one_line(trained):
-    task = trained["task"]
+def reference_qa_ceiling(task, examples: list[dict], tokenizer) -> dict:
+    """Token decoding's best, worked out apart from tasks/qa.py: each answerable question's first
+    valid answer widened to the whole tokens it touches (the context's own offsets), null otherwise."""
+    outputs = []
+    for ex in examples:
+        gold = next((a for a in ex["answers"] if a["valid"]), None)
+        if gold is None:
+            outputs.append({"answer": ""})
+            continue
+        start, end = gold["answer_start"], gold["answer_start"] + len(gold["text"])
+        touched = [(s, e) for s, e in tokenizer(ex["context"], return_offsets_mapping=True,
+                                                add_special_tokens=False)["offset_mapping"] if s < end and e > start]
+        outputs.append({"answer": ex["context"][touched[0][0]:touched[-1][1]]})
+    return task.score(outputs, examples)
+
+
+def test_ceiling_gives_the_reference_alignments_score_or_refuses_in_one_line(trained):
+    from heads.encoder import load_tokenizer
+    from tasks import build_task
+    from tasks.base import load_splits
+
+    task_name = trained["task"]
     res = job([*trained["options"], *TINY, "action=ceiling"], trained["root"] / "ceiling", trained["cache"])
-    if res["status"] == "ok":
-        assert res["metrics"].get(compose([f"task={task}"]).task.main_metric) is not None
-    else:
+    if trained["name"] not in CEILINGS:
         assert "no pipeline ceiling" in refused_in_one_line(res)
+        return
+    metrics = ok(res)["metrics"]
+    if trained["name"] in LOSSLESS:  # every score 100, no word left out (dp_klue's n_words_excluded)
+        assert {k: v for k, v in metrics.items() if not k.startswith("n_")} == pytest.approx(
+            {k: 100.0 for k in metrics if not k.startswith("n_")}) and metrics.get("n_words_excluded", 0) == 0
+        assert len(metrics) > 1
+        return
+    cfg = compose([*trained["options"], *TINY])
+    task = build_task(cfg.task)
+    examples = load_splits(task, cfg.data, ("validation",), 42)["validation"].examples
+    # the ceiling's tokenizer: model=tiny trains it on the scored file's text
+    tokenizer = load_tokenizer(cfg.model, texts=list(task.training_texts(examples)), cache_dir=trained["cache"])
+    if task_name == "ner":
+        from test_ner import boundary_inside_token_count
+
+        total, lost = boundary_inside_token_count(tokenizer, sample(task_name, "validation"))
+        report = res["ceiling"]
+        assert (report["gold_entities"], report["inexpressible"]) == (total, lost) and 0 < lost < total
+        found = total - lost  # every expressible entity is found; each lost one decodes to a wrong span
+        assert metrics["entity_f1_micro"] == pytest.approx(200 * found / (2 * found + lost + report["spurious"]))
+    else:
+        assert metrics == pytest.approx(reference_qa_ceiling(task, examples, tokenizer))
+        assert 0 < metrics["exact_match"] < 100  # the sample has answers with an edge inside a token
 
 
 def test_embed_with_the_checkpoint(trained):
@@ -320,42 +494,99 @@ def test_embed_with_the_checkpoint(trained):
     texts.write_text("서울에서 회의가 열렸다.\n오늘 날씨가 맑다.\n", encoding="utf-8")
     embedded = ok(job([*trained["options"], *TINY, "action=embed", f"checkpoint={trained['root'] / 'plain'}",
                        f"embed.input={texts}"], trained["root"] / "embed", trained["cache"]))
-    assert embedded["n_texts"] == 2 and embedded["dim"] > 0
+    from transformers import AutoTokenizer
+
+    from heads.model import KotuneModel
+
+    model_dir = str(trained["root"] / "plain" / "model")
+    encoder, tokenizer = KotuneModel.load(model_dir).encoder.eval(), AutoTokenizer.from_pretrained(model_dir)
+    with torch.no_grad():  # the checkpoint's encoder, its last layer's [CLS] state
+        expected = encoder(**tokenizer(texts.read_text(encoding="utf-8").splitlines(), padding=True,
+                                       return_tensors="pt")).last_hidden_state[:, 0].numpy()
+    assert embedded["n_texts"] == 2 and embedded["dim"] == encoder.config.hidden_size
+    assert (embedded["layers"], embedded["pooling"]) == ("last", "cls")
+    assert np.allclose(np.load(trained["root"] / "embed" / "embeddings.npy"), expected, atol=1e-5)
 
 
-def test_probe_with_the_checkpoints_encoder(trained):
-    res = job([*trained["options"], *TINY, "mode=frozen", "action=probe", "train.max_steps=2",
-               "probe.choices=[0,scalar_mix]", f"checkpoint={trained['root'] / 'plain'}"],
-              trained["root"] / "probe", trained["cache"])
+def test_probe_reads_the_checkpoints_states_and_scores_what_its_table_says(trained):
+    from heads.feature_cache import FeatureStore
+    from heads.model import KotuneModel
+    from kotune.build import build
+
+    task, run = trained["task"], trained["root"] / "probe"
+    overrides = [*trained["options"], *TINY, "mode=frozen", "train.max_steps=2",
+                 f"checkpoint={trained['root'] / 'plain'}"]
+    res = job([*overrides, "action=probe", "probe.choices=[0,scalar_mix]"], run, trained["cache"])
     if "task.long_text=windows" in trained["options"]:  # the frozen cache probe reads holds one sequence per row
         assert "frozen feature cache" in refused_in_one_line(res)
         return
     ok(res)
-    assert [row["choice"] for row in res["probe"]["rows"]] == ["0", "scalar_mix"]
-    assert (trained["root"] / "probe" / "probe.png").exists()
+    rows = {row["choice"]: row for row in res["probe"]["rows"]}
+    assert list(rows) == ["0", "scalar_mix"] and len(rows["scalar_mix"]["scalar_mix"]["weights"]) == 3
+    assert (run / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the cache every head read: each validation row's every hidden state, from the checkpoint's encoder
+    encoder = KotuneModel.load(str(trained["root"] / "plain" / "model")).encoder.eval()
+    cfg = compose([*overrides, "mode.cache=false", f"cache_dir={trained['cache']}"])
+    features = build(cfg, ("train", "validation"), new_head=True).features["validation"]
+    store = FeatureStore(res["cache"]["splits"]["validation"]["path"])
+    assert len(store) == len(features)
+    for i in range(min(3, len(features))):
+        inputs = {k: torch.tensor([features[i][k]]) for k in ("input_ids", "attention_mask", "token_type_ids")
+                  if k in features.column_names}
+        with torch.no_grad():
+            states = torch.stack(encoder(**inputs, output_hidden_states=True).hidden_states, dim=2)[0]
+        assert np.allclose(store.row(i).astype(np.float32), states.numpy(), rtol=1e-3, atol=2e-3)
+    # predictions.jsonl is the best row's (first) head: scored apart, it gives that row's score
+    best = rows[res["probe"]["best_on_validation"]]
+    scored = ok(job([*trained["options"], *TINY, "action=score", f"data.validation_file={sample(task, 'validation')}",
+                     f"score.predictions={run / 'predictions.jsonl'}"], trained["root"] / "probe-score",
+                    trained["cache"]))
+    assert scored["metrics"][res["main_metric"]] == pytest.approx(best["scores"][0], nan_ok=True)
+    assert res["metrics"] == {} and res["main_score"] is None  # the table is the result
 
 
-def one_task_per_head() -> list[str]:
-    from tasks import build_task
+def initial_encoders(monkeypatch) -> list[dict]:
+    """The encoder of each training run started in this test, as it was before its first step."""
+    import kotune.actions.train as train_action
 
-    first: dict[str, str] = {}
-    for name in registered_tasks():
-        first.setdefault(build_task(compose([f"task={name}"]).task).head, name)
-    return sorted(first.values())
+    seen, make = [], train_action.make_trainer
+
+    def snapshot(cfg, b, run_dir):
+        seen.append({k: v.detach().clone() for k, v in b.model.encoder.state_dict().items()})
+        return make(cfg, b, run_dir)
+
+    monkeypatch.setattr(train_action, "make_trainer", snapshot)
+    return seen
 
 
 @pytest.mark.parametrize("task", one_task_per_head())
-def test_pretrain_on_the_tasks_text_then_fine_tune_from_it(task, tmp_path, cache_dir):
+def test_pretrain_on_the_tasks_text_then_fine_tune_from_it(task, tmp_path, cache_dir, monkeypatch):
     """Task-adaptive pretraining: the task's own training text, then the task from that encoder."""
+    from transformers import AutoModel
+
     from tasks import build_task
+    from test_pretrain import assert_consistent_held_out_metrics
 
     built = build_task(compose([f"task={task}"]).task)
     text = tmp_path / "text.txt"
     text.write_text("\n".join(built.training_texts(built.read_file(str(sample(task, "train"))))) + "\n",
                     encoding="utf-8")
     pretrained = ok(job(["action=pretrain", "model=tiny", "model.tokenizer.vocab_size=200", f"data.train_file={text}",
-                         "train.max_steps=3", "train.max_length=64", "train.batch_size=8"], tmp_path / "pretrain", cache_dir))
-    assert pretrained["metrics"]["mlm_accuracy"] is not None
-    tuned = ok(job([f"task={task}", *SMALL, "train.max_steps=3", "model=klue", "model.init=pretrained",
-                    f"model.name_or_path={pretrained['model_dir']}"], tmp_path / "tuned", cache_dir))
-    assert tuned["metrics"].get(compose([f"task={task}"]).task.main_metric) is not None
+                         "train.max_steps=3", "train.max_length=64", "train.batch_size=8"], tmp_path / "pretrain",
+                        cache_dir))
+    assert_consistent_held_out_metrics(pretrained["metrics"])  # NaN, nothing masked, a mixed-up loss fail
+    encoders = initial_encoders(monkeypatch)
+    tune = [f"task={task}", *SMALL, "train.max_steps=3", "model=klue", "model.init=pretrained",
+            f"model.name_or_path={pretrained['model_dir']}"]
+    tuned = ok(job(tune, tmp_path / "tuned", cache_dir))
+    assert math.isfinite(tuned["metrics"][compose([f"task={task}"]).task.main_metric])
+    (initial,) = encoders
+    saved = AutoModel.from_pretrained(pretrained["model_dir"]).state_dict()
+    compared = [k for k in initial if not k.startswith("pooler.")]  # an MLM checkpoint has no pooler
+    assert len(compared) > 10 and set(compared) <= set(saved)
+    assert all(torch.equal(initial[k], saved[k]) for k in compared), "fine-tuning did not start from the pretrained one"
+    if task == LORA_FROM_PRETRAINING:  # its model/ holds the adapter only; eval rebuilds the pretrained base
+        lora = ok(job([*tune, "mode=lora"], tmp_path / "lora", cache_dir))
+        again = ok(job([f"task={task}", *SMALL, "action=eval", f"checkpoint={tmp_path / 'lora'}"],
+                       tmp_path / "eval", cache_dir))
+        same(again, lora, keys=("metrics",))

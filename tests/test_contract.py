@@ -77,17 +77,22 @@ def test_train_eval_and_predict_write_one_schema(run_job, tmp_path):
     assert trained.keys() == evaluated.keys() == predicted.keys()
     assert evaluated["max_length"] == trained["max_length"] and evaluated["pooling"] == trained["pooling"]
     assert evaluated["metrics"] == pytest.approx(trained["metrics"])
-    assert predicted["n_predict"] and predicted["predictions_file"]
+    rows = open(predicted["predictions_file"], encoding="utf-8").read().splitlines()
+    assert predicted["n_predict"] == len(rows) == trained["n_eval"] == 21  # the sample's dev rows, each predicted
 
 
-def test_checkpoint_options_error_or_saved(run_job, tmp_path):
+def test_checkpoint_options_error_or_saved(run_job, tmp_path, capsys):
     trained = run_job(["task=ner", "model=tiny", "data=sample", "train.max_steps=2"], "train")
     assert trained["status"] == "ok", trained.get("error")
     ckpt = f"checkpoint={tmp_path / 'train'}"
     other_head = run_job(["task=ner", "model=tiny", "data=sample", "action=eval", ckpt, "task.decode=char"], "e1")
-    assert other_head["status"] == "failed" and "head" in other_head["error"]
+    assert other_head["status"] == "failed" and other_head["error"] == (
+        f"task=ner: checkpoint {tmp_path / 'train'} has a 'token' head, this task with these options needs "
+        "'token_char' (leave the task options out: the checkpoint's apply)")
+    capsys.readouterr()
     saved = run_job(["task=ner", "model=tiny", "data=sample", "action=eval", ckpt, "task.label_subwords=all"], "e2")
     assert saved["status"] == "ok", saved.get("error")
+    assert "was trained with task.label_subwords=first; using it (requested all)" in capsys.readouterr().out
     assert saved["metrics"] == pytest.approx(trained["metrics"])  # the saved label_subwords was used
 
 

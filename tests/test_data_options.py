@@ -114,7 +114,8 @@ def test_a_missing_column_names_the_data_option_for_klue_tasks_too(tmp_path):
     ("ner", "data.label_column=tag", "its file format fixes its fields"),
     ("korquad", "data.text_column=context", "its file format fixes its fields"),
     ("token_cls", "data.text_column=word", "it reads task.columns.token, task.columns.tag"),
-    ("text_cls", "data.text_pair_column=b", "it reads data.id_column, data.text_column, data.label_column"),
+    ("text_cls", "data.text_pair_column=b",
+     "it reads data.id_column, data.text_column, data.label_column, data.group_column"),
 ])
 def test_a_column_setting_the_task_does_not_read_is_an_error(task, option, reads, tmp_path):
     files = [f"data.train_file={tmp_path}/a.txt", f"data.validation_file={tmp_path}/b.txt"]  # never read

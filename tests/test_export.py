@@ -63,12 +63,30 @@ def kotune_and_native_logits(model_dir: str, export_dir: str, texts, pairs=None)
         return ours(**enc)["logits"], native(**enc_native), enc["attention_mask"].bool()
 
 
+def adapter_moved_the_encoder(model_dir: str, export_dir: str) -> float:
+    """mode=lora: how far the exported (merged) query weights are from the base encoder's."""
+    from transformers import AutoModel
+
+    from heads.lora import rebuild_base
+
+    with open(os.path.join(model_dir, "kotune.json"), encoding="utf-8") as f:
+        record = json.load(f)["lora"]["base"]
+    base = rebuild_base(record, model_dir).encoder.layer[0].attention.self.query.weight
+    merged = AutoModel.from_pretrained(export_dir).encoder.layer[0].attention.self.query.weight
+    return float((merged - base).abs().max())
+
+
+# mode=lora: a rate at which two steps move the adapter (it starts at zero) well past the merge tolerance
+MODE_TRAIN = {"finetune": [], "lora": ["mode=lora", "train.learning_rate=2e-3"]}
+
+
 @pytest.mark.slow
-def test_sequence_export_equals_kotune_and_serves_the_pipeline(run_job, tmp_path):
+@pytest.mark.parametrize("mode", sorted(MODE_TRAIN))
+def test_sequence_export_equals_kotune_and_serves_the_pipeline(mode, run_job, tmp_path):
     data = shared_path("data/hate-speech")
     common = ["task=text_cls", *kcbert(), "data=sample", "data.text_column=comments", "data.label_column=hate"]
     res = run_job([*common, f"data.train_file={data / 'train.tsv'}", f"data.validation_file={data / 'dev.tsv'}",
-                   "data.max_train_samples=100", *TRAIN, "save_predictions=false"], "train")
+                   "data.max_train_samples=100", *TRAIN, *MODE_TRAIN[mode], "save_predictions=false"], "train")
     assert res["status"] == "ok", res.get("error")
     pred = run_job([*common, "action=predict", f"checkpoint={tmp_path / 'train'}",
                     f"data.predict_file={data / 'dev.tsv'}"], "predict")
@@ -77,6 +95,10 @@ def test_sequence_export_equals_kotune_and_serves_the_pipeline(run_job, tmp_path
                   "export")
     assert out["status"] == "ok", out.get("error")
     assert out["native_class"] == "BertForSequenceClassification" and out["pipeline"] == "text-classification"
+    assert out["lora_merged"] == (mode == "lora")
+    if mode == "lora":
+        # the adapter is in the export: its weights moved 10× the merge's tolerance (1e-4) or more
+        assert adapter_moved_the_encoder(str(tmp_path / "train" / "model"), str(tmp_path / "hf")) > 1e-3
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["id2label"] == {"0": "hate", "1": "none", "2": "offensive"}
     assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is False

@@ -136,7 +136,10 @@ def _encoder_must_not_run(*args, **kwargs):
     ("token", {"num_labels": 3}, [0, -1], None),
     ("span", {}, "last", None),
 ])
-@pytest.mark.parametrize("dtype,atol", [("float32", 1e-5), ("float16", 2e-2)])
+# with the head's weights at N(0, 0.2²) (at their near-zero init every logit is ~0.01 whatever the
+# states), fp16 states move the logits by at most 6.4e-4, another row's states by more than 5 × atol
+# (checked below: the pair head's [CLS] states differ least, 6.3e-3): the tolerance sees a mix-up
+@pytest.mark.parametrize("dtype,atol", [("float32", 1e-5), ("float16", 1e-3)])
 def test_cached_and_uncached_give_the_same_logits(head, kwargs, layers, pooling, dtype, atol, tmp_path):
     from heads.feature_cache import CacheSettings, cached_inputs
     from heads.model import KotuneModel
@@ -145,6 +148,10 @@ def test_cached_and_uncached_give_the_same_logits(head, kwargs, layers, pooling,
     model = KotuneModel(tiny_encoder(), head, dict(kwargs, dropout=0.0), frozen=True, layers=layers,
                         pooling=pooling)
     model.eval()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for param in model.head.parameters():
+            param.normal_(0, 0.2)
     data = token_rows()
     if head == "token":  # a tag per token
         data = data.remove_columns("labels").rename_column("tags", "labels")
@@ -162,16 +169,27 @@ def test_cached_and_uncached_give_the_same_logits(head, kwargs, layers, pooling,
         a = model(**plain)
         model.encoder.forward = _encoder_must_not_run  # the cached path never touches the encoder
         b = model(**with_states)
+        mixed_up = model(**dict(with_states, layer_states=with_states["layer_states"].roll(1, 0)))  # others' rows
     mask = plain["attention_mask"].bool()
     as_tuple = (lambda out: out["logits"] if isinstance(out["logits"], tuple) else (out["logits"],))
-    for x, y in zip(as_tuple(a), as_tuple(b)):
+    for x, y, z in zip(as_tuple(a), as_tuple(b), as_tuple(mixed_up)):
         if x.shape[:2] == mask.shape:  # per-token logits: padding differs (pad states vs zeros), unread
-            x, y = x[mask], y[mask]
+            x, y, z = x[mask], y[mask], z[mask]
         assert torch.allclose(x, y, atol=atol), (x - y).abs().max()
+        assert (x - z).abs().max() > 5 * atol  # the tolerance would see a mix-up
     assert torch.allclose(a["loss"], b["loss"], atol=atol)
 
 
 # ---- through run.py ----------------------------------------------------------------------------
+def assert_cache_holds(report: dict, states: int, hidden: int, itemsize: int) -> None:
+    """The cache report's bytes are the stored arrays': every split's tokens × states × hidden."""
+    for split in report["splits"].values():
+        stored = np.load(Path(split["path"]) / "states.npy", mmap_mode="r")
+        assert stored.shape == (split["tokens"], states, hidden) and stored.itemsize == itemsize
+        assert split["bytes"] == stored.nbytes and split["tokens"] > split["rows"] > 0
+    assert report["bytes"] == sum(split["bytes"] for split in report["splits"].values())
+
+
 @pytest.fixture(scope="module")
 def frozen_run(tmp_path_factory):
     """One tiny frozen NLI run with a scalar mix, trained with a learning rate that moves it."""
@@ -188,8 +206,8 @@ def test_frozen_run_records_layers_cache_and_timing(frozen_run):
     assert res["layers"] == "scalar_mix" and res["indices"] == [0, 1, 2] and len(weights) == 3
     assert abs(sum(weights) - 1) < 1e-4 and max(abs(w - 1 / 3) for w in weights) > 1e-3  # learned
     assert res["pooling"] == "cls"
-    assert res["cache"]["status"] == "miss" and res["cache"]["bytes"] > 0
-    assert set(res["cache"]["splits"]) == {"train", "validation"}
+    assert res["cache"]["status"] == "miss" and set(res["cache"]["splits"]) == {"train", "validation"}
+    assert_cache_holds(res["cache"], states=3, hidden=128, itemsize=2)  # fp16, the default
     assert res["encode_s"] > 0 and res["head_train_s"] > 0
     assert res["trainable_params"] == res["head_params"] + res["mix_params"] == res["head_params"] + 4
 
@@ -282,7 +300,8 @@ def test_scalar_mix_trains_for_every_head(task, tmp_path, cache_dir):
                "train.batch_size=8", "train.learning_rate=0.02", "save_model=false"],
               tmp_path / "run", Path(cache_dir))
     assert res["status"] == "ok", res.get("traceback") or res.get("error")
-    assert res["cache"]["bytes"] > 0 and res["cache"]["states_per_token"] == 3
+    assert res["cache"]["states_per_token"] == 3
+    assert_cache_holds(res["cache"], states=3, hidden=128, itemsize=2)
     assert max(abs(w - 1 / 3) for w in res["scalar_mix"]["weights"]) > 1e-3
 
 

@@ -96,6 +96,8 @@ FINE_TUNING = {  # a task per head kind, on its sample files; rows chosen for a 
     "token_crf": ["task=ner", "task.crf=true", "data.max_train_samples=22"],  # sentences' NLL over their slots
     "windows": ["task=text_cls", "task.long_text=windows", "train.max_length=8", "task.window_stride=2",
                 "data.max_train_samples=22"],  # documents' losses, windows as many as they have
+    "multi_label": ["task=multi_label", "data.max_train_samples=22"],  # BCE over rows × labels
+    "token_weighted": ["task=token_cls", "train.class_weights=balanced", "data.max_train_samples=22"],  # Σ w·loss / Σ w
 }
 
 

@@ -1,6 +1,8 @@
 """The project's shape, read from its own source: no import cycles (imports inside functions count),
-imports point down (kotune → heads → tasks; tasks never build modules, heads never read text
-files' machinery), each action is one file of kotune/actions, and kotune's modules stay small."""
+imports point down (kotune → heads → tasks), tasks never build modules (no torch.nn, no nn.Module
+subclass, no transformers model class in tasks/), heads never read files (file reads in heads/ only
+where model directories and the frozen feature cache are saved and loaded, and no reader of tasks/),
+each action is one file of kotune/actions, and kotune's modules stay small."""
 from __future__ import annotations
 
 import ast
@@ -121,3 +123,99 @@ def test_each_action_is_one_file_and_kotune_modules_stay_small():
         lines = len(path.read_text(encoding="utf-8").splitlines())
         assert lines <= MAX_KOTUNE_LINES, f"{path.relative_to(ROOT)} has {lines} lines"
     assert len((ROOT / "run.py").read_text(encoding="utf-8").splitlines()) <= 20
+
+
+# ---- tasks never build modules, heads never read files ----------------------------------------------
+def dotted(node: ast.AST) -> str:
+    """``a.b.c`` for a name or attribute chain ('' for anything else, e.g. a call's result)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else f"?.{node.attr}"
+    return ""
+
+
+def is_model_class(name: str) -> bool:
+    """A transformers model class: ``BertModel``, ``AutoModel…``, ``…For<Task>`` (not a ``DataCollatorFor…``)."""
+    return name.endswith("Model") or name.startswith("AutoModel") or (
+        "For" in name and not name.startswith("DataCollator"))
+
+
+def module_building(path: Path) -> list[str]:
+    """What in a file builds or names neural-network modules: torch.nn in any form, a class derived
+    from a ``Module``, a transformers model class."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name == "torch.nn" or a.name.startswith("torch.nn.")]
+        elif isinstance(node, ast.ImportFrom):
+            names = [a.name for a in node.names]
+            if node.module == "torch" and "nn" in names or (node.module or "").startswith("torch.nn"):
+                found.append(f"from {node.module} import {', '.join(names)}")
+            if node.module == "transformers":
+                found += [f"from transformers import {n}" for n in names if is_model_class(n)]
+        elif isinstance(node, ast.Attribute) and dotted(node) in ("torch.nn", "nn.Module"):
+            found.append(dotted(node))
+        elif isinstance(node, ast.ClassDef):
+            found += [f"class {node.name}({dotted(b)})" for b in node.bases if dotted(b).split(".")[-1] == "Module"]
+    return sorted(set(found))
+
+
+FILE_READS = ("open", "read_text", "read_bytes", "load_file", "load_dataset", "load_from_disk", "reader", "DictReader")
+MODULE_LOADS = ("json.load", "np.load", "numpy.load", "torch.load", "pickle.load")
+# the documented file access of heads/: a model directory's save and load (and the look at its
+# kotune.json that tells a kotune model from an encoder), the frozen feature cache's store
+HEADS_FILE_ACCESS = {("heads/model.py", "KotuneModel.save"), ("heads/model.py", "KotuneModel.load"),
+                     ("heads/encoder.py", "check_not_kotune_directory"), ("heads/feature_cache.py", "*")}
+
+
+def file_reads(path: Path, rel: str) -> list[str]:
+    """File access outside HEADS_FILE_ACCESS (``function: call``), and any reader imported from tasks/
+    (a ``read_*``/``load_*`` function, ``sample_file``)."""
+    found = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, f"{where}.{child.name}" if where else child.name)
+                continue
+            if isinstance(child, ast.Call):
+                name = dotted(child.func)
+                if (name.split(".")[-1] in FILE_READS or name in MODULE_LOADS) and \
+                        (rel, where) not in HEADS_FILE_ACCESS and (rel, "*") not in HEADS_FILE_ACCESS:
+                    found.append(f"{where or '<module>'}: {name}()")
+            if isinstance(child, ast.ImportFrom) and (child.module or "").split(".")[0] == "tasks":
+                found.extend(f"{where or '<module>'}: from {child.module} import {a.name}" for a in child.names
+                             if a.name.startswith(("read_", "load_")) or a.name == "sample_file")
+            visit(child, where)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    return found
+
+
+def test_the_module_and_file_checks_find_what_they_look_for(tmp_path):
+    task = tmp_path / "task.py"
+    task.write_text("import torch\nfrom torch import nn\nfrom transformers import AutoModel, AutoTokenizer\n"
+                    "class Scorer(nn.Module):\n    pass\ndef f():\n    return torch.nn.Linear(2, 2)\n")
+    assert module_building(task) == ["class Scorer(nn.Module)", "from torch import nn",
+                                     "from transformers import AutoModel", "nn.Module", "torch.nn"]
+    head = tmp_path / "head.py"
+    head.write_text("import json\nfrom tasks.io import read_records, write_json_atomic\nclass Head:\n"
+                    "    def forward(self, path):\n        return json.load(open(path)), path.read_text()\n"
+                    "    def save(self, d):\n        open(d, 'w')\n")
+    assert file_reads(head, "heads/head.py") == [
+        "<module>: from tasks.io import read_records", "Head.forward: json.load()", "Head.forward: open()",
+        "Head.forward: path.read_text()", "Head.save: open()"]
+    assert file_reads(head, "heads/feature_cache.py") == ["<module>: from tasks.io import read_records"]
+
+
+def test_tasks_never_build_modules():
+    for path in sorted((ROOT / "tasks").rglob("*.py")):
+        assert not module_building(path), f"{path.relative_to(ROOT)}: {module_building(path)}"
+
+
+def test_heads_never_read_files_outside_model_directories_and_the_feature_cache():
+    for path in sorted((ROOT / "heads").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        assert not file_reads(path, rel), f"{rel}: {file_reads(path, rel)}"

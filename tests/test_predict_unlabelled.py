@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import compose
+from conftest import compose, encoder_inputs
 
 TRAIN = ["model=tiny", "data=sample", "train.max_steps=4", "train.batch_size=8", "train.learning_rate=1e-3"]
 # token tasks train longer: their predictions then hold entities, not only O
@@ -143,6 +143,11 @@ def test_predict_on_the_unlabelled_dev_file_repeats_the_training_predictions(set
     got = predict(setup, trained(setup), unlabelled, cache_dir)
     assert not [k for r in got for k in r if k.startswith("gold")], "gold keys from an unlabelled file"
     assert got == without_gold(records(trained(setup)))
+    # after 4 steps many tasks predict one label (or null) for every row: what makes the predictions
+    # equal is that the model reads the same inputs from both files, token for token
+    setting = [*TRAIN, *SETUPS[setup], f"checkpoint={trained(setup)}", f"cache_dir={cache_dir}"]
+    assert encoder_inputs([*setting, f"data.predict_file={unlabelled}"], "predict") == \
+        encoder_inputs(setting, "validation")
 
 
 @pytest.mark.parametrize("setup,join", [("ner", ""), ("token_cls", " "), ("token_cls_chars", "")])
@@ -150,11 +155,14 @@ def test_token_tasks_predict_plain_text_one_sentence_per_line(setup, join, train
     """KLUE NER and token_cls with ``task.join=""``: the characters of each line, spaces included,
     are the units; token_cls over words: its words. Ids are the plain file's own lines."""
     plain = tmp_path / "sentences.txt"
-    plain.write_text("".join(s + "\n" for s in sentences_of(dev_file(setup), join)), encoding="utf-8")
+    sentences = sentences_of(dev_file(setup), join)
+    plain.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
     got = predict(setup, trained(setup), plain, cache_dir)
-    assert [r["id"] for r in got] == [f"sentences.txt:{n}" for n in range(1, len(got) + 1)]
-    assert all(set(r) == {"id", "text", "prediction"} for r in got)
+    assert [r["id"] for r in got] == [f"sentences.txt:{n}" for n in range(1, len(sentences) + 1)]
+    assert all(set(r) == {"id", "text", "units", "prediction", "entities"} for r in got)
+    assert all(len(r["units"]) == len(r["prediction"]) and join.join(r["units"]) == r["text"] for r in got)
     assert text_and_prediction(got) == text_and_prediction(records(trained(setup)))
+    assert any(tag != "O" for r in got for tag in r["prediction"])  # TOKEN_TRAIN: not an all-O agreement
 
 
 # ---- what "auto" found in training decodes an unlabelled file; malformed files ------------------
@@ -179,7 +187,10 @@ def test_unlabelled_token_file_is_written_in_the_training_files_tag_scheme(tmp_p
     examples = predictor.read_file(str(tmp_path / "predict.conll"), labelled=False)
     assert [ex["units"] for ex in examples] == [["도담", "대학교", "김"]] and "tags" not in examples[0]
     assert predictor.prediction_records([["B-ORG", "I-ORG", "B-PER"]], examples) == [
-        {"id": "predict.conll:1", "text": "도담 대학교 김", "prediction": ["B-ORG", "E-ORG", "S-PER"]}]
+        {"id": "predict.conll:1", "text": "도담 대학교 김", "units": ["도담", "대학교", "김"],
+         "prediction": ["B-ORG", "E-ORG", "S-PER"],
+         "entities": [{"type": "ORG", "text": "도담 대학교", "start": 0, "end": 6},
+                      {"type": "PER", "text": "김", "start": 7, "end": 8}]}]
 
 
 def test_null_answers_found_in_training_decode_an_unlabelled_file():

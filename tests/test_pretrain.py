@@ -4,6 +4,7 @@ the NLI sample sentences, a 2-layer BERT, a few steps."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,16 @@ def test_training_masks_are_keyed_on_the_row_place_not_the_global_rng(tokenizer,
             for (_, row), labels in zip(batch_keys, batch["labels"]):
                 by_row.setdefault(row, []).append(labels)
     assert all(not torch.equal(*masks) for masks in by_row.values())
+
+
+def assert_consistent_held_out_metrics(held_out: dict) -> None:
+    """Held-out masked-LM metrics that hang together (NaN, an empty batch, a mixed-up loss fail):
+    accuracy a share of the masked tokens, perplexity exp(mean loss)."""
+    count = held_out["n_masked"]
+    assert count > 0 and 0 <= held_out["mlm_accuracy"] <= 100
+    assert held_out["mlm_accuracy"] * count / 100 == pytest.approx(round(held_out["mlm_accuracy"] * count / 100),
+                                                                   abs=1e-6)
+    assert held_out["perplexity"] == pytest.approx(math.exp(held_out["mlm_loss"]), rel=1e-9)
 
 
 def corpus(tmp_path: Path) -> Path:
@@ -395,8 +406,12 @@ def test_nsp_round_trip_fill_mask_finetune_and_refusals(tmp_path, run_job):
     res = run_job(TINY + [f"data.train_file={documents_corpus(tmp_path)}", "pretrain.objective=mlm+nsp",
                           "train.max_steps=4"], "pre")
     assert res["status"] == "ok", res.get("error")
-    for key in ("mlm_accuracy", "nsp_accuracy", "nsp_loss"):
-        assert key in res["initial_metrics"] and key in res["metrics"]
+    for held_out in (res["initial_metrics"], res["metrics"]):
+        assert_consistent_held_out_metrics(held_out)
+        pairs = held_out["n_pairs"]
+        assert pairs > 0 and held_out["nsp_accuracy"] * pairs / 100 == pytest.approx(
+            round(held_out["nsp_accuracy"] * pairs / 100), abs=1e-6)  # a share of the pairs
+        assert math.isfinite(held_out["nsp_loss"]) and 50 <= held_out["nsp_majority_accuracy"] <= 100
     assert res["objective"] == "mlm+nsp"
     model_dir = tmp_path / "pre" / "model"
     AutoModelForMaskedLM.from_pretrained(model_dir)
@@ -404,6 +419,13 @@ def test_nsp_round_trip_fill_mask_finetune_and_refusals(tmp_path, run_job):
     out = run_job(["task=nli", "data=sample", "model=klue", f"model.name_or_path={model_dir}", "mode=frozen",
                    "train.max_steps=2"], "ft")
     assert out["status"] == "ok", out.get("error")
+    from transformers import AutoModel
+
+    from heads.model import KotuneModel
+
+    tuned = KotuneModel.load(str(tmp_path / "ft" / "model")).encoder.state_dict()  # frozen: as loaded
+    pretrained = AutoModel.from_pretrained(model_dir).state_dict()
+    assert all(torch.equal(v, pretrained[k]) for k, v in tuned.items() if not k.startswith("pooler."))
     for extra, want in ((["pretrain.objective=mlm+nsp", "model.architecture=electra"],
                          "mlm+nsp needs a BERT model: electra has no next-sentence head"),
                         (["pretrain.objective=sop"], "pretrain.objective=sop: must be one of mlm, mlm+nsp")):
@@ -425,13 +447,14 @@ def test_round_trip_pretrain_fill_mask_finetune(tmp_path, run_job, cache_dir):
 
     res = run_job(TINY + [f"data.train_file={corpus(tmp_path)}", "train.max_steps=6"], "pre")
     assert res["status"] == "ok", res.get("error")
-    for key in ("mlm_accuracy", "perplexity"):
-        assert key in res["initial_metrics"] and key in res["metrics"]
+    for held_out in (res["initial_metrics"], res["metrics"]):
+        assert_consistent_held_out_metrics(held_out)
     assert res["train_steps"] == 6 and res["padding_efficiency"] >= 0.99
     model_dir = tmp_path / "pre" / "model"
     mlm = AutoModelForMaskedLM.from_pretrained(model_dir)
     filled = pipeline("fill-mask", model=str(model_dir))("숙소가 [MASK] 편했어요.")
-    assert len(filled) == 5 and all("sequence" in f for f in filled)
+    assert len(filled) == 5 and len({f["token"] for f in filled}) == 5
+    assert [f["score"] for f in filled] == sorted((f["score"] for f in filled), reverse=True)
     for mode in ("finetune", "frozen"):
         out = run_job(["task=nli", "data=sample", "model=klue", f"model.name_or_path={model_dir}",
                        f"mode={mode}", "train.max_steps=2"], f"ft_{mode}")
@@ -490,7 +513,7 @@ def test_bad_input_is_one_line_naming_the_file(case, tmp_path, run_job):
         want = f"{path}:3: not UTF-8"
     elif case == "column":
         path = tmp_path / "texts.csv"
-        path.write_text("sentence\n안녕하세요\n반갑습니다\n", encoding="utf-8")
+        path.write_text("comment\n안녕하세요\n반갑습니다\n", encoding="utf-8")  # sentence would be read (a conventional name)
         want = f"{path}:2: missing field 'text'"
     else:
         path = corpus(tmp_path)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kotune.actions.probe import held_out_split
 from tasks.errors import ConfigError
 from test_frozen import TINY, job, tiny_encoder, token_rows
 
@@ -106,6 +107,43 @@ def test_with_layers_shares_the_encoder_and_starts_from_the_pooler():
     assert first.with_layers("last4_concat").head.dense.in_features == 4 * 32
 
 
+# ---- picking a choice on examples apart from those that score it ---------------------------------------
+def test_the_held_out_split_is_seeded_disjoint_and_complete():
+    select, report = held_out_split(21, 0.5, seed=42)
+    assert (len(select), len(report)) == (10, 11) and sorted(select + report) == list(range(21))
+    assert held_out_split(21, 0.5, seed=42) == (select, report) != held_out_split(21, 0.5, seed=1)
+    assert select == sorted(select) and report == sorted(report)
+    assert held_out_split(1, 0.5, seed=0) == held_out_split(21, 0.0, seed=0) == ([], [])
+
+
+def test_the_best_row_never_is_a_nan_and_follows_the_direction():
+    from kotune.actions.probe import best_row
+
+    rows = [{"choice": "0", "mean": float("nan")}, {"choice": "1", "mean": 2.0}, {"choice": "2", "mean": 5.0},
+            {"choice": "3", "mean": 5.0}]
+    assert best_row(rows, "mean", greater_is_better=True)["choice"] == "2"  # the first of equals
+    assert best_row(rows, "mean", greater_is_better=False)["choice"] == "1"
+
+
+def score_of_predictions(run_dir: Path, task_name: str, indices: list[int] | None = None) -> float:
+    """The main metric of the run's predictions.jsonl (on the sample's validation examples at
+    ``indices``), read back as action=score reads a prediction file."""
+    from conftest import compose
+    from tasks import build_task
+    from tasks.base import load_splits
+    from tasks.score import align, read_predictions, to_outputs
+
+    cfg = compose([f"task={task_name}", "data=sample"])
+    task = build_task(cfg.task)
+    examples = load_splits(task, cfg.data, ("validation",), 42)["validation"].examples
+    task.fit_labels(examples)
+    path = str(run_dir / "predictions.jsonl")
+    values = align(read_predictions(path), [str(ex["id"]) for ex in examples], path, "sample")
+    outputs = to_outputs(task, values, examples, path)
+    keep = range(len(examples)) if indices is None else indices
+    return task.score([outputs[i] for i in keep], [examples[i] for i in keep])[task.main_metric]
+
+
 # ---- action=probe through run.py's job ---------------------------------------------------------------
 @pytest.fixture
 def count_encoding(monkeypatch):
@@ -134,7 +172,8 @@ def count_encoding(monkeypatch):
 
 
 def test_probe_gives_a_row_per_choice_from_one_encoding(tmp_path, count_encoding):
-    res = job(["action=probe", "task=nli", *TINY, *FOUR_LAYERS, "mode=frozen", *FAST, "probe.seeds=[1,2]"],
+    res = job(["action=probe", "task=nli", *TINY, *FOUR_LAYERS, "mode=frozen", *FAST, "probe.seeds=[1,2]",
+               "save_predictions=true"],
               tmp_path / "run", tmp_path / "cache")
     assert res["status"] == "ok", res.get("traceback") or res.get("error")
     assert count_encoding == {"builds": 2, "encoder_runs_outside": 0, "inside": False}  # train + validation, once
@@ -143,13 +182,21 @@ def test_probe_gives_a_row_per_choice_from_one_encoding(tmp_path, count_encoding
     assert list(rows) == ["0", "1", "2", "3", "4", "last4_mean", "last4_concat", "scalar_mix"]
     assert rows["last4_concat"]["indices"] == [1, 2, 3, 4] and rows["3"]["layers"] == [3]
     for row in rows.values():
-        assert len(row["scores"]) == 2 and row["sd"] is not None
-        assert row["mean"] == pytest.approx(sum(row["scores"]) / 2)
+        assert len(row["scores"]) == 2 and row["mean"] == pytest.approx(sum(row["scores"]) / 2)
+        assert row["sd"] == pytest.approx(abs(row["scores"][0] - row["scores"][1]) / 2 ** 0.5)  # sample sd of two
     assert len(rows["scalar_mix"]["scalar_mix"]["weights"]) == 5
     assert probe["seeds"] == [1, 2] and probe["encode_s"] > 0 and probe["heads_s"] > 0
-    best = rows[probe["best"]]
-    assert best["mean"] == max(r["mean"] for r in rows.values())
-    assert res["main_score"] == pytest.approx(best["mean"]) and res["cache"]["states_per_token"] == 5
+    assert res["cache"]["states_per_token"] == 5
+    # no number stands as the run's score: the best of 8 choices on the split it is scored on is optimistic
+    assert res["metrics"] == {} and res["main_score"] is None
+    best = rows[probe["best_on_validation"]]
+    assert best["mean"] == max(r["mean"] for r in rows.values()) and "best" not in probe
+    assert score_of_predictions(tmp_path / "run", "nli") == pytest.approx(best["scores"][0])  # its first seed
+    held = probe["held_out"]  # picked on a seeded half of the validation examples, scored on the other
+    assert (held["n_select"], held["n_report"], held["fraction"]) == (round(res["n_eval"] / 2),
+                                                                      res["n_eval"] - round(res["n_eval"] / 2), 0.5)
+    assert rows[held["choice"]]["select_mean"] == max(r["select_mean"] for r in rows.values())
+    assert held["mean"] == rows[held["choice"]]["report_mean"]
     png = Path(probe["png"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = json.loads((tmp_path / "run" / "results.json").read_text(encoding="utf-8"))
@@ -162,13 +209,22 @@ def test_probe_of_a_checkpoint_on_another_task_with_two_layers(tmp_path, count_e
     trained = job(["task=nli", *TINY, "train.max_steps=2"], tmp_path / "nli", tmp_path / "cache")
     assert trained["status"] == "ok", trained.get("error")
     count_encoding["builds"] = 0
-    res = job(["action=probe", "task=ner", *TINY, "mode=frozen", *FAST, f"checkpoint={tmp_path / 'nli'}"],
+    res = job(["action=probe", "task=ner", *TINY, "mode=frozen", *FAST, f"checkpoint={tmp_path / 'nli'}",
+               "save_predictions=true"],
               tmp_path / "run", tmp_path / "cache")
     assert res["status"] == "ok", res.get("traceback") or res.get("error")
-    assert [r["choice"] for r in res["probe"]["rows"]] == ["0", "1", "2", "scalar_mix"]
-    assert all(len(r["scores"]) == 1 and r["sd"] is None for r in res["probe"]["rows"])
+    rows = {r["choice"]: r for r in res["probe"]["rows"]}
+    assert list(rows) == ["0", "1", "2", "scalar_mix"]
+    assert all(len(r["scores"]) == 1 and r["sd"] is None for r in rows.values())
     assert res["main_metric"] == "entity_f1" and res["checkpoint"] == str(tmp_path / "nli")
-    assert count_encoding["builds"] == 2 and (tmp_path / "run" / "probe.png").exists()
+    assert count_encoding["builds"] == 2
+    assert (tmp_path / "run" / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # one seed: predictions.jsonl is the best choice's only head, and its two halves give that row's part means
+    best = rows[res["probe"]["best_on_validation"]]
+    select, report = held_out_split(res["n_eval"], 0.5, seed=42)
+    assert score_of_predictions(tmp_path / "run", "ner") == pytest.approx(best["mean"])
+    assert score_of_predictions(tmp_path / "run", "ner", select) == pytest.approx(best["select_mean"])
+    assert score_of_predictions(tmp_path / "run", "ner", report) == pytest.approx(best["report_mean"])
 
 
 @pytest.mark.parametrize("extra,words", [
@@ -177,6 +233,9 @@ def test_probe_of_a_checkpoint_on_another_task_with_two_layers(tmp_path, count_e
     (["mode=frozen", "probe.choices=[1,middle]"], "mode.layers=middle: unknown layer choice"),
     (["mode=frozen", "probe.choices=[last4_concat]"], "mode.layers=last4_concat needs 4 layers"),
     (["mode=frozen", "probe.seeds=[1,x]"], "probe.seeds=[1, 'x']: expected a list of integers"),
+    (["mode=frozen", "probe.held_out=1.5"], "probe.held_out=1.5: expected a fraction in [0, 1)"),
+    # every head is scored on the validation split: its checkpoint cannot be picked there too
+    (["mode=frozen", "train=klue"], "train.select_best=true (train=klue sets it): action=probe scores every head"),
 ])
 def test_bad_probe_options_fail_with_one_line(extra, words, tmp_path, cache_dir):
     res = job(["action=probe", "task=nli", *TINY, *extra, "train.max_steps=2"], tmp_path / "run", Path(cache_dir))

@@ -473,12 +473,18 @@ def test_tiny_mrc_on_samples_writes_predictions_json_and_reloads(run_job, tmp_pa
     predictions = json.loads((tmp_path / "train" / "predictions.json").read_text(encoding="utf-8"))
     nbest = json.loads((tmp_path / "train" / "nbest_predictions.json").read_text(encoding="utf-8"))
     assert len(predictions) == res["n_eval"] == len(nbest)
-    assert all(isinstance(v, str) for v in predictions.values())
+    records = [json.loads(line) for line in (tmp_path / "train" / "predictions.jsonl").read_text().splitlines()]
+    assert predictions == {r["id"]: r["prediction"] for r in records}  # the official file says what kotune scored
+    assert all(a == "" or a == nbest[q][0]["text"] for q, a in predictions.items())  # the best span, or null
     again = run_job(options + ["action=eval", f"checkpoint={tmp_path / 'train'}"], "eval")
     assert again["metrics"] == pytest.approx(res["metrics"])
     assert json.loads((tmp_path / "eval" / "predictions.json").read_text(encoding="utf-8")) == predictions
-    wrong = run_job(["task=mrc", "model=tiny", "data=sample", "action=eval", f"checkpoint={tmp_path / 'train'}"],
-                    "wrong")
+    # task.decode not given: the checkpoint's char decoding applies; token decoding given: refused, naming the head
+    remembered = run_job(["task=mrc", "model=tiny", "data=sample", "action=eval", f"checkpoint={tmp_path / 'train'}"],
+                         "remembered")
+    assert remembered["status"] == "ok" and remembered["metrics"] == pytest.approx(res["metrics"])
+    wrong = run_job(["task=mrc", "model=tiny", "data=sample", "task.decode=token", "action=eval",
+                     f"checkpoint={tmp_path / 'train'}"], "wrong")
     assert wrong["status"] == "failed" and "span_char" in wrong["error"]
 
 

@@ -186,7 +186,12 @@ def test_dependency_head_shapes_loss_and_masks(pooling):
     pred_heads, pred_labels = head(hidden, None, token_word)
     assert pred_heads.shape == (2, 3) and pred_labels.shape == (2, 3)
     assert (pred_heads != torch.arange(1, 4)).all()  # never its own head
-    assert 0.0 <= float(head.loss((pred_heads, pred_labels), heads, deprels)) <= 1.0
+    # on decoded outputs the loss is the labelled-attachment error rate over the 5 gold words
+    gold = (heads.clamp(min=0), deprels.clamp(min=0))
+    assert float(head.loss(gold, heads, deprels)) == 0.0
+    one_label_wrong = (gold[0], gold[1].clone().index_put_((torch.tensor(0), torch.tensor(1)), torch.tensor(4)))
+    assert float(head.loss(one_label_wrong, heads, deprels)) == pytest.approx(1 / 5)
+    assert float(head.loss((gold[0] + 1, gold[1]), heads, deprels)) == 1.0  # every head wrong
 
 
 def test_dp_sample_run(run_job):

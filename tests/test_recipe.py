@@ -3,11 +3,12 @@ KLUE-baseline's per-task defaults, best-checkpoint selection, learning rates tha
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
-from conftest import compose
+from conftest import assert_best_evaluation_kept, compose
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +51,19 @@ def test_two_runs_of_one_config_on_a_pretrained_encoder_are_identical(saved_enco
     assert a["metrics"] == b["metrics"] and a["train_loss"] == b["train_loss"]
 
 
-def test_a_bf16_checkpoint_loads_in_fp32(saved_encoder, run_job):
-    res = run_job(pretrained(saved_encoder["bfloat16"]), "bf16")
+def test_a_bf16_checkpoint_loads_in_fp32(saved_encoder, run_job, tmp_path):
+    import torch
+
+    from heads.model import KotuneModel
+
+    res = run_job(pretrained(saved_encoder["bfloat16"]) + ["mode=frozen"], "bf16")
     assert res["status"] == "ok", res.get("error")
+    # frozen: the saved encoder is the loaded one, unchanged, so its dtype is what loading gave
+    encoder = KotuneModel.load(str(tmp_path / "bf16" / "model")).encoder.state_dict()
+    checkpoint = load_file(str(Path(saved_encoder["bfloat16"]) / "model.safetensors"))
+    assert {v.dtype for v in checkpoint.values()} == {torch.bfloat16}
+    assert {v.dtype for k, v in encoder.items() if k in checkpoint} == {torch.float32}
+    assert all(torch.equal(encoder[k], checkpoint[k].float()) for k in checkpoint if k in encoder)
 
 
 @pytest.mark.parametrize("overrides, lr", [
@@ -78,12 +89,11 @@ def test_klue_recipes_are_the_defaults_and_stay_overridable():
     assert klue.select_best and klue.evals_per_epoch == 4 and klue.epochs == 5
 
 
-def test_select_best_keeps_the_best_evaluation(run_job):
+def test_select_best_keeps_the_best_evaluation(run_job, tmp_path):
     res = run_job(["task=nli", "model=tiny", "data=sample", "train=klue", "train.epochs=2", "train.batch_size=16"])
     assert res["status"] == "ok", res.get("error")
-    assert res["best_step"] is not None and res["metrics_last"] is not None
+    assert_best_evaluation_kept(tmp_path / "job", res)
     assert res["metrics"]["accuracy"] >= res["metrics_last"]["accuracy"] - 1e-9
-    assert set(res["metrics_last"]) == set(res["metrics"])
 
 
 def test_the_scalar_mix_has_its_own_learning_rate(cache_dir, tmp_path):
@@ -110,7 +120,11 @@ def test_report_to_tensorboard_writes_into_the_run_dir(run_job, tmp_path, monkey
     logged = run_job(["task=nli", "model=tiny", "data=sample", "train.max_steps=4", "train.logging_steps=1",
                       "train.report_to=tensorboard"], "logged")
     assert logged["status"] == "ok", logged.get("error")
-    assert list((tmp_path / "logged" / "tensorboard").glob("events.out.tfevents.*"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "logged" / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4]  # every logged step's loss
     assert not (tmp_path / "runs").exists()
     quiet = run_job(["task=nli", "model=tiny", "data=sample", "train.max_steps=2"], "quiet")
     assert quiet["status"] == "ok" and not (tmp_path / "quiet" / "tensorboard").exists()

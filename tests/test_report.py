@@ -109,6 +109,16 @@ def test_corrupt_partial_and_foreign_files_are_skipped_with_a_warning(matrix, ca
     assert read_csv(matrix / "leaderboard.csv")[("klue", "finetune")]["nli.accuracy.n"] == "3"
 
 
+def test_a_probe_is_no_model_score_and_stays_out_of_the_table(matrix):
+    """action=probe's best choice is picked on the split it is scored on: even a probe written with
+    its maximum as metrics (before issue 31) is not averaged with the frozen runs."""
+    write_run(matrix, "nli", "klue", "frozen", 2, {"accuracy": 99.0, "macro_f1": 99.0}, action="probe",
+              probe={"rows": [], "best_on_validation": "3"})
+    assert report.main([str(matrix)]) == 0
+    frozen = read_csv(matrix / "leaderboard.csv")[("klue", "frozen")]
+    assert frozen["nli.accuracy.n"] == "1" and float(frozen["nli.accuracy.mean"]) == 70.0
+
+
 def test_mixed_schemas_are_read(tmp_path):
     """An older results file (no status, mode, main_metric, config or hash) beside a current one;
     non-numeric metric values are ignored, not averaged."""

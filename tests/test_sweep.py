@@ -26,6 +26,9 @@ def multirun(monkeypatch, args: list[str]) -> None:
 
     from kotune.cli import main
 
+    from kotune.sweeps import SWEPT_ENV
+
+    monkeypatch.delenv(SWEPT_ENV, raising=False)  # the job directories' names then come from this argv
     # imported (not run as a script), Hydra would look for conf/ as a Python package
     monkeypatch.setattr(sys, "argv", ["run.py", "-m", f"--config-path={ROOT / 'conf'}", *args])
     GlobalHydra.instance().clear()
@@ -84,10 +87,10 @@ def test_matrix_isolates_failures_and_resumes(monkeypatch, tmp_path):
     sweep = tmp_path / "multirun" / sweep_id(args)
     first = results_under(sweep)
     assert len(first) == 8 == len(calls)
-    assert {k.split("/seed")[0] for k in first} == {f"{t}/tiny/{m}" for t in ("nli", "sts") for m in ("finetune", "frozen")}
+    assert set(first) == {f"{t}/tiny/{m}/seed={s}" for t in ("nli", "sts") for m in ("finetune", "frozen") for s in (1, 2)}
     failed = {k: r for k, r in first.items() if r["status"] == "failed"}
-    assert list(failed) == ["sts/tiny/frozen/seed2_7"]
-    assert failed["sts/tiny/frozen/seed2_7"]["error_type"] == "RuntimeError"
+    assert list(failed) == ["sts/tiny/frozen/seed=2"]
+    assert failed["sts/tiny/frozen/seed=2"]["error_type"] == "RuntimeError"
     assert all(r["status"] == "ok" and r["main_score"] == 10 * r["seed"] for k, r in first.items() if k not in failed)
 
     calls.clear()
@@ -95,8 +98,21 @@ def test_matrix_isolates_failures_and_resumes(monkeypatch, tmp_path):
     stamps = {p: p.stat().st_mtime_ns for p in sweep.rglob("results.json")}
     multirun(monkeypatch, args)
     rerun = [p for p in sweep.rglob("results.json") if p.stat().st_mtime_ns != stamps[p]]
-    assert [str(p.relative_to(sweep).parent) for p in rerun] == ["sts/tiny/frozen/seed2_7"]
+    assert [str(p.relative_to(sweep).parent) for p in rerun] == ["sts/tiny/frozen/seed=2"]
     assert all(r["status"] == "ok" for r in results_under(sweep).values())
+
+
+def test_job_directories_name_the_swept_values_and_a_rerun_resumes(monkeypatch, tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["model=tiny", "train.learning_rate=1e-3,1e-4", "train.seed=1,2", "train.max_steps=5",
+            f"hydra.sweep.dir={sweep}"]
+    calls = stub_train(monkeypatch, lambda cfg: cfg.train.seed)
+    multirun(monkeypatch, args)
+    assert sorted(results_under(sweep)) == [f"nli/tiny/finetune/lr={lr},seed={s}" for lr in ("0.0001", "0.001")
+                                            for s in (1, 2)]
+    calls.clear()
+    multirun(monkeypatch, args)
+    assert calls == []  # every job found its finished results under the same name
 
 
 def test_resume_trusts_only_complete_ok_results_of_the_same_config(tmp_path):
@@ -129,14 +145,14 @@ def test_real_matrix_on_sample_data(tmp_path):
     proc = run_cli(args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = results_under(tmp_path / "sweep")
-    assert sorted(res) == ["nli/tiny/finetune/seed42_0", "sts/tiny/finetune/seed42_1"]
-    assert res["nli/tiny/finetune/seed42_0"]["status"] == "ok"
-    assert res["sts/tiny/finetune/seed42_1"]["status"] == "failed"
-    assert str(bad) in res["sts/tiny/finetune/seed42_1"]["error"]
+    assert sorted(res) == ["nli/tiny/finetune/seed=42", "sts/tiny/finetune/seed=42"]
+    assert res["nli/tiny/finetune/seed=42"]["status"] == "ok"
+    assert res["sts/tiny/finetune/seed=42"]["status"] == "failed"
+    assert str(bad) in res["sts/tiny/finetune/seed=42"]["error"]
 
     again = run_cli(args)
     assert again.returncode == 0
-    assert again.stdout.count("resume:") == 1 and "seed42_0/results.json is complete" in again.stdout
+    assert again.stdout.count("resume:") == 1 and "nli/tiny/finetune/seed=42/results.json is complete" in again.stdout
 
     import report
 
@@ -184,7 +200,9 @@ def test_optuna_study_resumes_after_an_interruption(monkeypatch, tmp_path):
     assert all(p.stat().st_mtime_ns == m for p, m in finished.items())  # finished ones untouched
     params = [tuple(sorted(t.params.items())) for t in trials]
     assert len(set(params)) == len(params)  # no trial repeats an earlier one
-    assert sorted(p.parent.name for p in sweep.rglob("results.json")) == [f"seed42_{i}" for i in (0, 1, 3, 4, 5)]
+    names = sorted(p.parent.name for p in sweep.rglob("results.json"))
+    assert [int(n.split("_")[0]) for n in names] == [0, 1, 3, 4, 5]  # trial numbers continue after the resume
+    assert all(n.split("_", 1)[1].startswith("lr=") for n in names)  # then the sampled values
 
     best = OmegaConf.to_container(OmegaConf.load(sweep / "best_trial.yaml"))
     scores = {r["run_dir"]: r["main_score"] for r in results_under(sweep).values()}
@@ -225,12 +243,58 @@ def test_optuna_failed_trials_do_not_stop_the_study_and_are_replaced_on_resume(m
     assert len(calls) == 1  # the failed trial is replaced by a new one
 
 
+def search_space(overrides: list[str]) -> dict:
+    """hydra.sweeper.params of a composed search, resolved."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides, return_hydra_config=True)
+    return {k: str(v) for k, v in cfg.hydra.sweeper.params.items()}
+
+
+def test_the_learning_rate_range_follows_the_models_default():
+    """0.2x-2x of train.learning_rate's default: a random/tiny encoder (5e-4) is searched around its own
+    rate, not in a pretrained model's 1e-5…1e-4, which leaves it at the majority class."""
+    assert search_space(["hparams_search=text_cls", "model=tiny"])["train.learning_rate"] == \
+        "tag(log, interval(0.0001, 0.001))"
+    assert search_space(["hparams_search=text_cls", "model=klue"])["train.learning_rate"] == \
+        "tag(log, interval(1e-05, 0.0001))"
+    assert search_space(["hparams_search=token_cls_frozen", "model=klue"])["train.learning_rate"] == \
+        "tag(log, interval(0.0001, 0.01))"
+
+
+def test_a_searched_key_another_setting_overrides_leaves_the_search_with_a_warning(monkeypatch, tmp_path, capsys):
+    sweep = tmp_path / "study"
+    stub_train(monkeypatch, lr_score)
+    multirun(monkeypatch, ["hparams_search=text_cls", "model=tiny", "train.max_steps=5", "hydra.sweeper.n_trials=2",
+                           f"hydra.sweep.dir={sweep}"])
+    assert "warning: search space: train.epochs is not searched: train.max_steps=5 overrides it" in capsys.readouterr().out
+    assert all("train.epochs" not in t.params and "train.learning_rate" in t.params
+               for t in study_trials(sweep, "text_cls-tiny-finetune"))
+
+
+def test_a_range_given_as_a_sweeper_param_is_read_as_the_keys_range(monkeypatch, tmp_path):
+    """``hydra.sweeper.params.KEY=RANGE`` (Hydra: "Sweeping over Hydra's configuration is not
+    supported") means ``KEY=RANGE``, which replaces the preset's range."""
+    from kotune.overrides import job_overrides
+
+    given = ["hydra.sweeper.params.train.learning_rate='tag(log, interval(3e-4,3e-3))'"]
+    assert job_overrides(given) == ["train.learning_rate=tag(log, interval(3e-4,3e-3))"]
+    sweep = tmp_path / "study"
+    stub_train(monkeypatch, lr_score)
+    multirun(monkeypatch, ["hparams_search=text_cls", "model=tiny", "hydra.sweeper.n_trials=3",
+                           f"hydra.sweep.dir={sweep}", *job_overrides(given)])
+    rates = [t.params["train.learning_rate"] for t in study_trials(sweep, "text_cls-tiny-finetune")]
+    assert len(rates) == 3 and all(3e-4 <= r <= 3e-3 for r in rates)
+
+
 def test_unknown_search_key_fails_before_any_trial(tmp_path):
     proc = run_cli(["-m", "hparams_search=nli", "model=tiny", "train.learnig_rate=interval(1e-5,1e-4)",
                     f"hydra.sweep.dir={tmp_path / 's'}"])
-    assert proc.returncode == 1
-    assert "'train.learnig_rate' is not a key of the composed config" in proc.stderr
-    assert "did you mean 'train.learning_rate'" in proc.stderr
+    assert proc.returncode == 2  # kotune's own line, before Hydra (kotune/overrides.py)
+    assert proc.stderr == "error: train.learnig_rate is not a config key (did you mean train.learning_rate?)\n"
     assert not list(tmp_path.rglob("results.json"))
 
 

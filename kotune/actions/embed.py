@@ -9,6 +9,7 @@ import time
 from omegaconf import DictConfig
 
 from kotune.build import load_encoder_side, resolve_max_length
+from kotune.checkpoint import read_spec
 from kotune.runtime import seed_everything
 from tasks import embed
 from tasks.errors import ConfigError
@@ -21,8 +22,10 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
 
     if not cfg.embed.get("input"):
         raise ConfigError("action=embed needs embed.input=FILE (one text per line, or CSV/JSONL with embed.column)")
-    rows = embed.read_texts(str(cfg.embed.input), str(cfg.embed.column), cfg.embed.get("format"),
-                            quoting=cfg.data.get("quoting", "auto"))
+    saved = (read_spec(cfg.checkpoint).get("meta") or {}).get("columns") if cfg.get("checkpoint") else None
+    column = cfg.embed.get("column")
+    rows = embed.read_texts(str(cfg.embed.input), None if column is None else str(column), cfg.embed.get("format"),
+                            quoting=cfg.data.get("quoting", "auto"), default=(saved or {}).get("text") or "text")
     texts = [text for _, text in rows]
     seed_everything(int(cfg.train.seed))
     loaded = load_encoder_side(cfg, None, texts)

@@ -10,7 +10,7 @@ import os
 
 from omegaconf import DictConfig
 
-from kotune.build import checkpoint_model_dir
+from kotune.checkpoint import checkpoint_model_dir, read_spec
 from kotune.model_card import push_to_hub, write_model_card
 from tasks.errors import ConfigError
 from tasks.log import log
@@ -20,7 +20,6 @@ FORMATS = ("native", "onnx")
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
     from heads.export import export_directory
-    from heads.model import KotuneModel
     from heads.onnx import export_onnx_directory
 
     if not cfg.get("checkpoint"):
@@ -39,7 +38,9 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         res = export_directory(model_dir, out_dir)
         use = (f"transformers.pipeline(\"{res['pipeline']}\", model=\"{out_dir}\")" if res["pipeline"] else
                f"transformers.{res['native_class']}.from_pretrained(\"{out_dir}\")")
-    saved = KotuneModel.spec(model_dir)
+        if res.get("problem_type") == "multi_label_classification":
+            use = use[:-1] + ", top_k=None)  (a sigmoid per label; kotune's thresholds: config.kotune_thresholds)"
+    saved = read_spec(model_dir)
     res["model_card"] = write_model_card(res, saved["meta"], saved["head"], str(cfg.checkpoint),
                                          str(cfg.export.get("license") or "unknown"), cfg.export.get("push_to_hub"))
     log(f"exported {res['native_class']} to {out_dir}: {use}")

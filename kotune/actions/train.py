@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from kotune import early_stopping
 from kotune.build import build
-from kotune.predict import predict, run_report
+from kotune.predict import fit_decision, predict, run_report
 from kotune.resume import train_resumable
 from kotune.runtime import local_rank_zero_first
 from kotune.trainer import make_trainer
@@ -31,6 +31,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
                                  if k.startswith("eval_") and isinstance(v, (int, float))
                                  and k[5:] not in ("loss", "runtime", "samples_per_second", "steps_per_second")}
                 if last else None}
+    fit_decision(trainer, b)
     log("evaluating")
     outputs, speed = predict(trainer, b, "validation")
     res = run_report(cfg, run_dir, b, "validation", outputs, speed, train_loss=train_loss,

@@ -1,0 +1,144 @@
+"""The overrides a user writes, checked and rewritten before Hydra composes them — for the command
+line (kotune/cli.py) and for jobs composed in-process (:func:`compose`), so both read
+``checkpoint=RUN`` alike:
+
+- ``model.config_overrides.X=V`` (open dicts) without Hydra's ``++``; non-ASCII values quoted;
+- ``checkpoint=RUN`` brings the task, task options, model and mode it was trained with
+  (kotune/checkpoint.py);
+- ``hydra.sweeper.params.KEY=RANGE`` (Hydra refuses to sweep its own config) read as ``KEY=RANGE``,
+  which is how a search range is given on the command line;
+- a key that is not in the config (``data.text_colum=``) is one line naming the closest key, not
+  Hydra's advice to add it with ``+``.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+from typing import Any
+
+from kotune.checkpoint import checkpoint_overrides, override_key
+from kotune.config import CONF_DIR
+from tasks.log import log
+
+OPEN_DICTS = ("model.config_overrides.", "model.tokenizer_kwargs.")
+SWEEPER_PARAMS = "hydra.sweeper.params."
+
+
+def open_dict_overrides(argv: list[str]) -> list[str]:
+    """``model.config_overrides.X=V`` works without Hydra's ``+``/``++``: these dicts are open by
+    design (any field of the architecture's config), so the override is made add-or-replace. So is
+    a task option only some tasks have (``task.crf``, tasks.GUARDED_OPTIONS): a task without it then
+    refuses it in one line saying which tasks take it."""
+    from tasks import GUARDED_OPTIONS
+
+    guarded = tuple(f"task.{option}=" for option in GUARDED_OPTIONS)
+    return [f"++{a}" if a.startswith(OPEN_DICTS + guarded) else a for a in argv]
+
+
+def quote_non_ascii(argv: list[str]) -> list[str]:
+    """Hydra's override grammar rejects unquoted non-ASCII values (``embed.target=은행``, a path
+    with Hangul): quote plain ones; lists, sweeps and already quoted values stay as typed."""
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and not key.startswith("-") and not value.isascii() and not any(c in value for c in "'\"[]{}(),"):
+            arg = f"{key}='{value}'"
+        out.append(arg)
+    return out
+
+
+def search_range_overrides(argv: list[str]) -> list[str]:
+    """``hydra.sweeper.params.train.learning_rate='tag(log, interval(3e-4,3e-3))'`` — what one
+    would write to change a search preset's range — becomes ``train.learning_rate=tag(…)``, the
+    form the Optuna sweeper reads (and which replaces the preset's range of that key)."""
+    out = []
+    for arg in argv:
+        if arg.lstrip("+").startswith(SWEEPER_PARAMS) and "=" in arg:
+            key, _, value = arg.lstrip("+")[len(SWEEPER_PARAMS):].partition("=")
+            if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]  # a quoted range is still a range here
+            log(f"{arg.partition('=')[0]}=… is read as {key}={value} (a search range is given as KEY=RANGE)")
+            arg = f"{key}={value}"
+        out.append(arg)
+    return out
+
+
+def job_overrides(overrides: list[str]) -> list[str]:
+    """Every rewrite a job's overrides get before composition (the command line adds its own)."""
+    return checkpoint_overrides(open_dict_overrides(quote_non_ascii(search_range_overrides(overrides))))
+
+
+def compose(overrides: list[str], config_dir: str = CONF_DIR):
+    """``kotune.job.execute(compose([...]), run_dir)``: a job's config composed in-process as the
+    command line composes it (``checkpoint=RUN`` included)."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=job_overrides(overrides))
+
+
+# ---- keys that are not in the config ----------------------------------------------------------
+def config_groups() -> set[str]:
+    return {d for d in os.listdir(CONF_DIR) if os.path.isdir(os.path.join(CONF_DIR, d))}
+
+
+def flat_keys(node: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of a plain nested dict, inner nodes included."""
+    if not isinstance(node, dict):
+        return [prefix[:-1]] if prefix else []
+    out = [prefix[:-1]] if prefix else []
+    for k, v in node.items():
+        out += flat_keys(v, f"{prefix}{k}.")
+    return out
+
+
+def presets_with(group: str, key: str) -> list[str]:
+    """The presets of ``group`` whose own file sets ``key`` (``scheme`` → the token tasks)."""
+    from omegaconf import OmegaConf
+
+    folder = os.path.join(CONF_DIR, group)
+    names = sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml")) if os.path.isdir(folder) else []
+    return [n for n in names if OmegaConf.select(OmegaConf.load(os.path.join(folder, f"{n}.yaml")), key) is not None]
+
+
+def unknown_key(argv: list[str]) -> str | None:
+    """The first override (``a.b=v``, no ``+``) whose key the composed config lacks, as one line
+    naming the closest key (or the presets that have it); None when all exist. The config is
+    composed from the group choices and additions alone; a sweep over a group skips the check
+    (Hydra's own message then stands)."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    groups = config_groups()
+    plain = [a for a in argv if "=" in a and not a.startswith("-")]
+    choices = [a for a in plain if override_key(a) in groups or "/" in override_key(a) or a.startswith(("+", "~"))]
+    if any(any(c in a.partition("=")[2] for c in ",()") for a in choices if override_key(a) in groups):
+        return None
+    checked = [a for a in plain if a not in choices and not override_key(a).startswith("hydra.")]
+    if not checked:
+        return None
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=[a for a in choices if not a.startswith("hydra")])
+    except Exception:  # noqa: BLE001 - a choice Hydra refuses: its own message follows
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+    known = set(flat_keys(OmegaConf.to_container(cfg, resolve=False)))
+    for arg in checked:
+        key = override_key(arg)
+        if key in known or any(part.isdigit() for part in key.split(".")):
+            continue
+        group, _, rest = key.partition(".")
+        elsewhere = presets_with(group, rest) if group in groups and rest else []
+        if elsewhere:
+            chosen = OmegaConf.select(cfg, f"{group}.name") or "preset"
+            return (f"{key} is not a key of {group} {chosen} ({group} {', '.join(elsewhere)} "
+                    f"{'has' if len(elsewhere) == 1 else 'have'} it: choose one with {group}=)")
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        return f"{key} is not a config key" + (f" (did you mean {close[0]}?)" if close else "")
+    return None
