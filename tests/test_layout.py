@@ -164,9 +164,11 @@ def module_building(path: Path) -> list[str]:
 
 FILE_READS = ("open", "read_text", "read_bytes", "load_file", "load_dataset", "load_from_disk", "reader", "DictReader")
 MODULE_LOADS = ("json.load", "np.load", "numpy.load", "torch.load", "pickle.load")
-# the documented file access of heads/: a model directory's save and load (and the look at its
-# kotune.json that tells a kotune model from an encoder), the frozen feature cache's store
+# the documented file access of heads/: a model directory's save and load (its kotune.json read by
+# KotuneModel.spec; an ONNX export's by OnnxModel; the look that tells a kotune model from an
+# encoder), the frozen feature cache's store
 HEADS_FILE_ACCESS = {("heads/model.py", "KotuneModel.save"), ("heads/model.py", "KotuneModel.load"),
+                     ("heads/model.py", "KotuneModel.spec"), ("heads/onnx.py", "OnnxModel.__init__"),
                      ("heads/encoder.py", "check_not_kotune_directory"), ("heads/feature_cache.py", "*")}
 
 
