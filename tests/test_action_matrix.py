@@ -357,19 +357,25 @@ def test_export_writes_the_native_class_that_predicts_as_kotune_or_refuses_in_on
     config = AutoConfig.from_pretrained(res["export_dir"])
     assert config.num_labels == res["num_labels"] and config.architectures == [res["native_class"]]
     assert res["lora_merged"] == (trained["mode"] == "lora")
-    assert native_predictions(trained, res, trained["root"] / "native") == predictions(trained["root"] / "plain")
+    # equal records; probabilities to 1e-5 (a merged LoRA adapter computes within the merge's 1e-4)
+    same_records(native_predictions(trained, res, trained["root"] / "native"), predictions(trained["root"] / "plain"))
 
 
 def same_records(ours: list[dict], theirs: list[dict]) -> None:
-    """Equal records; a float prediction (STS) to 1e-5, as batches padded otherwise round otherwise."""
+    """Equal records; floats (an STS score, a label's probability) to 1e-5, as batches padded
+    otherwise round otherwise."""
+    def close(a, b) -> bool:
+        if isinstance(a, float) or isinstance(b, float):
+            return isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= 1e-5
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+        return a == b
+
     assert len(ours) == len(theirs)
     for a, b in zip(ours, theirs):
-        assert a.keys() == b.keys()
-        for key in a:
-            if isinstance(a[key], float):
-                assert a[key] == pytest.approx(b[key], abs=1e-5), (key, a, b)
-            else:
-                assert a[key] == b[key], (key, a, b)
+        assert close(a, b), (a, b)
 
 
 def real_positions(head: str, features) -> list:
