@@ -32,7 +32,7 @@ def apply_class_weights(cfg: DictConfig, model, labels: list[str] | None, train_
         source = "balanced, n / (k · count)" if setting == BALANCED else "as given"
         log(f"class weights ({source}; {sum(counts):,} training targets): {describe(names, weights, counts)}")
         return {name: {"count": c, "weight": w} for name, c, w in zip(names, counts, weights)}
-    weights = model.head_kwargs.get("class_weights")
+    weights = (getattr(model, "head_kwargs", None) or {}).get("class_weights")  # an ONNX export: none kept
     if weights is None:
         return None
     if not fresh_head and setting is not None:
