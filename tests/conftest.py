@@ -16,6 +16,10 @@ sys.path.insert(0, str(ROOT))
 # threads sleep instead of spinning. On a shared CPU spinning threads stall each other: the hate
 # speech test took >15 min instead of 42 s on a busy 2-core machine.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Under pytest-xdist each worker has a core to itself: one torch thread each, so two workers on two
+# cores do not oversubscribe them (subprocesses the tests start inherit it)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def shared_path(rel: str) -> Path:
