@@ -23,6 +23,9 @@ import json
 import logging
 import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import warnings
 from typing import Any
@@ -44,6 +47,7 @@ BEST_FILE = "best_trial.yaml"
 FAILED_SCORE = 1e9  # kotune.cli.worst_score's magnitude: a failed job
 SPACE_ATTR = "kotune_search_space"  # the study's search space, so a worker with another one refuses
 SURPLUS_ATTR = "kotune_surplus"  # a trial asked after the study already had n_trials live ones
+WORKER_ENV = "KOTUNE_WORKER"  # "i/N": this process is worker i of the N that hparams_search.n_jobs started
 
 
 def search_keys(params: DictConfig | dict | None, arguments: list[str]) -> list[str]:
@@ -122,6 +126,48 @@ def visible_gpus() -> int:
         return torch.cuda.device_count()
     except Exception:  # noqa: BLE001 - no torch / no driver: no GPUs
         return 0
+
+
+def n_workers(n_jobs: int | str) -> int:
+    """``hparams_search.n_jobs``: a number, or ``auto`` (one per visible GPU, at least one)."""
+    if str(n_jobs).strip().lower() == "auto":
+        return max(1, visible_gpus())
+    return max(1, int(n_jobs))
+
+
+def command_line() -> list[str]:
+    """This process's command, to start it again as a worker (``python run.py …`` or ``kotune …``)."""
+    first = sys.argv[0]
+    if first.endswith(".py") or not os.access(first, os.X_OK):
+        script = first if os.path.exists(first) else os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), "run.py")
+        return [sys.executable, script, *sys.argv[1:]]
+    return [first, *sys.argv[1:]]
+
+
+def run_workers(n: int) -> None:
+    """``n`` copies of this sweep command with ``n_jobs=1``, at once, on the same study: each pulls
+    trials until the study has its n_trials. With GPUs, worker i sees only GPU i."""
+    gpus = visible_gpus()
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    procs = []
+    for i in range(n):
+        env = dict(os.environ, **{WORKER_ENV: f"{i}/{n}"})
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = visible[i % gpus] if visible else str(i % gpus)
+        args = [a for a in command_line() if not a.startswith(("hparams_search.n_jobs=", "hydra.sweeper.n_jobs="))]
+        procs.append(subprocess.Popen([*args, "hparams_search.n_jobs=1"], env=env))
+    log.info(f"{n} workers on the study: pids {' '.join(str(p.pid) for p in procs)}")
+    try:
+        codes = [p.wait() for p in procs]
+    except BaseException:
+        for p in procs:  # Ctrl-C: the workers' trials are told failed on their way out
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait()
+        raise
+    if any(codes):
+        raise RuntimeError(f"sweep workers exited with {codes} (their output is above)")
 
 
 def open_study(storage_url: str | None, study_name: str | None, direction: str, sampler: Any,
@@ -230,6 +276,23 @@ class KotuneOptunaSweeper(Sweeper):
         study = open_study(self.storage, self.study_name, direction, self.sampler,
                            self.heartbeat_interval, self.grace_period)
         check_same_space(study, space)
+        workers = n_workers(self.n_jobs)
+        if workers > 1:
+            if not self.storage:
+                raise ConfigCompositionException("hparams_search.n_jobs>1 needs a storage the workers share")
+            run_workers(workers)
+        else:
+            self.work(study, space, fixed, cfg)
+        searched = sorted({k for t in study.get_trials(deepcopy=False) for k in t.params}) if self.storage else None
+        best = write_best(sweep_dir, direction == "maximize", searched)
+        if best:
+            log.info(f"best {best['main_metric']} {best['best_value']:.4g}: {best['run_dir']} "
+                     f"(config: {os.path.join(sweep_dir, BEST_FILE)})")
+        else:
+            log.warning(f"no trial finished ok: no {BEST_FILE} (see the errors in {sweep_dir}/**/results.json)")
+
+    def work(self, study, space: dict[str, Any], fixed: dict[str, str], cfg: DictConfig) -> None:
+        """Pull trials until the study has its n_trials (or this worker's budget is spent)."""
         done = sum(counts_as_done(t) for t in study.get_trials(deepcopy=False))
         log.info(f"study '{study.study_name}' ({without_password(self.storage or 'in memory')}): "
                  f"{done} of {self.n_trials} trials finished")
@@ -238,13 +301,6 @@ class KotuneOptunaSweeper(Sweeper):
         budget = max(0, self.n_trials - done)
         while budget and self.run_one(study, space, fixed, cfg.hydra.sweeper.sampler):
             budget -= 1
-        searched = sorted({k for t in study.get_trials(deepcopy=False) for k in t.params}) if self.storage else None
-        best = write_best(sweep_dir, direction == "maximize", searched)
-        if best:
-            log.info(f"best {best['main_metric']} {best['best_value']:.4g}: {best['run_dir']} "
-                     f"(config: {os.path.join(sweep_dir, BEST_FILE)})")
-        else:
-            log.warning(f"no trial finished ok: no {BEST_FILE} (see the errors in {sweep_dir}/**/results.json)")
 
     def run_one(self, study, space: dict[str, Any], fixed: dict[str, str], sampler_cfg: DictConfig) -> bool:
         """Ask, run and tell one trial; False when the study has its ``n_trials``."""
@@ -274,6 +330,8 @@ class KotuneOptunaSweeper(Sweeper):
             study.tell(trial, state=TrialState.FAIL)
             log.info(f"trial {trial.number}: the study has {self.n_trials} trials running or finished; this worker stops")
             return False
+        trial.set_user_attr("worker", os.environ.get(WORKER_ENV, "0/1"))  # which process, on which device
+        trial.set_user_attr("device", os.environ.get("CUDA_VISIBLE_DEVICES") or "default")
         overrides = tuple(f"{k}={v}" for k, v in {**trial.params, **fixed}.items())
         try:
             with Heartbeat(study, trial, self.heartbeat_interval):
