@@ -346,7 +346,11 @@ class KotuneOptunaSweeper(Sweeper):
             log.warning(f"trial {trial.number}: the job returned {ret.return_value!r}, not a score: marked failed")
             study.tell(trial, state=TrialState.FAIL)
             return True
-        study.tell(trial, value)
+        try:
+            study.tell(trial, value)
+        except ValueError:  # another worker found its heartbeat stale and failed it: it was replaced
+            log.warning(f"trial {trial.number} was marked failed while it ran (a heartbeat too late: raise "
+                        "hydra.sweeper.grace_period); its result stays in its directory")
         return True
 
 
