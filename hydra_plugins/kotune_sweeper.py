@@ -332,7 +332,9 @@ class KotuneOptunaSweeper(Sweeper):
             return False
         trial.set_user_attr("worker", os.environ.get(WORKER_ENV, "0/1"))  # which process, on which device
         trial.set_user_attr("device", os.environ.get("CUDA_VISIBLE_DEVICES") or "default")
-        overrides = tuple(f"{k}={v}" for k, v in {**trial.params, **fixed}.items())
+        # hparams_search.* is the sweeper's (a database URL need not survive re-parsing as a job override)
+        job_fixed = {k: v for k, v in fixed.items() if not k.startswith("hparams_search.")}
+        overrides = tuple(f"{k}={v}" for k, v in {**trial.params, **job_fixed}.items())
         try:
             with Heartbeat(study, trial, self.heartbeat_interval):
                 ret = self.launcher.launch([overrides], initial_job_idx=trial.number)[0]

@@ -130,7 +130,7 @@ def test_sqlite_one_worker_killed_mid_trial_is_replaced_on_the_next_run(tmp_path
 @pytest.mark.slow
 def test_postgres_two_workers_one_killed_the_study_still_completes(tmp_path, postgres_url):
     sweep = tmp_path / "sweep"
-    args = [*WORKER_ARGS, f"hydra.sweep.dir={sweep}", f"hparams_search.storage={postgres_url}"]
+    args = [*WORKER_ARGS, f"hydra.sweep.dir={sweep}", f"hparams_search.storage='{postgres_url}'"]  # quoted: '?', '=' and '&' in a URL
     a, b = worker(args), worker(args)
     wait_for_running(postgres_url)
     time.sleep(1)
