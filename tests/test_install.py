@@ -55,9 +55,12 @@ def test_no_unrequested_prerelease_in_the_resolved_set():
 
 
 def test_the_sweeper_stack_is_the_tested_one():
-    """The Optuna sweeper works with hydra-core 1.3 / omegaconf 2.3 (tests/test_sweep.py)."""
+    """kotune's Optuna sweeper is tested (tests/test_sweep.py) on hydra-core 1.3 / omegaconf 2.3 and
+    optuna 4/5 on SQLAlchemy 2 (not hydra-optuna-sweeper's optuna<3 / SQLAlchemy<2)."""
     found = resolved("kotune", ("dev",))
     if "hydra-core" not in found:
         pytest.skip("kotune is not installed")
     assert Version(found["hydra-core"]).release[:2] == (1, 3)
     assert Version(found["omegaconf"]).release[:2] == (2, 3)
+    assert 4 <= Version(found["optuna"]).major < 6 and Version(found["sqlalchemy"]).major >= 2
+    assert "hydra-optuna-sweeper" not in found
