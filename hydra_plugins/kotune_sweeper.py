@@ -11,27 +11,19 @@ worker. A running trial beats a heartbeat; one whose worker was killed is marked
 worker (``fail_stale_trials``) and replaced. A failed job (kotune.cli's worst score, ±1e9) stays in
 the study, so the sampler learns to avoid it, but does not count as done.
 
-Also: the search space is Hydra's override grammar (:func:`distribution`), checked against the
+Also: the search space is Hydra's override grammar (kotune/search_space.py), checked against the
 composed config before the first trial, minus keys another setting makes no-ops (kotune/sweeps.py);
-the direction follows the task; job numbers (and so trial directories) follow the trial numbers;
+the study and its heartbeats are kotune/study.py, ``n_jobs``'s
+workers kotune/sweep_workers.py; the direction follows the task; job numbers (and so trial directories) follow the trial numbers;
 at the end the best trial's score and config go to ``best_trial.yaml`` in the sweep directory.
 """
 from __future__ import annotations
 
-import difflib
-import json
 import logging
 import os
-import re
-import signal
-import subprocess
-import sys
-import threading
 import warnings
 from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, Transformer
 from hydra.core.plugins import Plugins
 from hydra.errors import ConfigCompositionException
 from hydra.plugins.sweeper import Sweeper
@@ -39,206 +31,14 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.overrides import flat_keys
+from kotune.search_space import check_search_keys, search_keys, search_space
+from kotune.study import Heartbeat, check_same_space, counts_as_done, open_study, without_password
+from kotune.sweep_workers import WORKER_ENV, n_workers, run_workers
 from kotune.sweeps import drop_shadowed
 
 log = logging.getLogger(__name__)
 BEST_FILE = "best_trial.yaml"
-FAILED_SCORE = 1e9  # kotune.cli.worst_score's magnitude: a failed job
-SPACE_ATTR = "kotune_search_space"  # the study's search space, so a worker with another one refuses
 SURPLUS_ATTR = "kotune_surplus"  # a trial asked after the study already had n_trials live ones
-WORKER_ENV = "KOTUNE_WORKER"  # "i/N": this process is worker i of the N that hparams_search.n_jobs started
-
-
-def search_keys(params: DictConfig | dict | None, arguments: list[str]) -> list[str]:
-    """Config keys of ``hydra.sweeper.params`` and of the command line's overrides."""
-    keys = [str(k) for k in (params or {})]
-    parsed = OverridesParser.create().parse_overrides(arguments)
-    return keys + [o.key_or_group for o in parsed if not o.is_add() and not o.is_delete()]
-
-
-def check_search_keys(config: DictConfig, keys: list[str]) -> None:
-    """A searched key the config does not have would fail one trial at a time, after the study
-    already recorded it: refuse it before the first trial, naming the closest existing key."""
-    known = set(flat_keys(OmegaConf.to_container(config, resolve=False))) | set(config.hydra.runtime.choices)
-    for key in keys:
-        if key in known:
-            continue
-        close = difflib.get_close_matches(key, sorted(known), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigCompositionException(
-            f"search space: '{key}' is not a key of the composed config{hint}; fix "
-            "hydra.sweeper.params in conf/hparams_search/ or the command line")
-
-
-def distribution(override: Override) -> Any:
-    """One parsed override as an optuna distribution, or its plain value (a fixed key):
-    ``choice(a, b)`` → categorical; ``range(a, b, step)`` → int/float with a step (shuffled:
-    categorical); ``interval(a, b)`` → uniform, int when both ends are; ``tag(log, …)`` → log scale."""
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    if not override.is_sweep_override():
-        return override.get_value_element_as_str()
-    value = override.value()
-    if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
-        return CategoricalDistribution(list(override.sweep_iterator(transformer=Transformer.encode)))
-    if override.is_range_sweep():
-        if any(isinstance(x, float) for x in (value.start, value.stop, value.step)):
-            # Hydra's range excludes its stop; optuna's high is inclusive
-            return FloatDistribution(value.start, value.stop - value.step, step=value.step)
-        return IntDistribution(int(value.start), int(value.stop) - int(value.step), step=int(value.step))
-    if override.is_interval_sweep():
-        log_scale = "log" in value.tags
-        if isinstance(value.start, int) and isinstance(value.end, int):
-            return IntDistribution(value.start, value.end, log=log_scale)
-        return FloatDistribution(float(value.start), float(value.end), log=log_scale)
-    raise ConfigCompositionException(f"search space: {override.input_line} is not a sweep Optuna can sample")
-
-
-def search_space(params: dict[str, str], arguments: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The preset's params then the command line (which wins): searched key → distribution, and
-    the fixed keys' values."""
-    from optuna.distributions import BaseDistribution
-
-    space: dict[str, Any] = {}
-    fixed: dict[str, str] = {}
-    for override in OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()] + arguments):
-        key = override.get_key_element()
-        value = distribution(override)
-        space.pop(key, None), fixed.pop(key, None)
-        (space if isinstance(value, BaseDistribution) else fixed)[key] = value
-    return space, fixed
-
-
-def without_password(url: str) -> str:
-    """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db``."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", str(url))
-
-
-def visible_gpus() -> int:
-    """The GPUs this process may use (``hparams_search.n_jobs=auto``), without importing torch."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return len([d for d in env.split(",") if d.strip() and d.strip() != "-1"])
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001 - no torch / no driver: no GPUs
-        return 0
-
-
-def n_workers(n_jobs: int | str) -> int:
-    """``hparams_search.n_jobs``: a number, or ``auto`` (one per visible GPU, at least one)."""
-    if str(n_jobs).strip().lower() == "auto":
-        return max(1, visible_gpus())
-    return max(1, int(n_jobs))
-
-
-def command_line() -> list[str]:
-    """This process's command, to start it again as a worker (``python run.py …`` or ``kotune …``)."""
-    first = sys.argv[0]
-    if first.endswith(".py") or not os.access(first, os.X_OK):
-        script = first if os.path.exists(first) else os.path.join(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__))), "run.py")
-        return [sys.executable, script, *sys.argv[1:]]
-    return [first, *sys.argv[1:]]
-
-
-def run_workers(n: int) -> None:
-    """``n`` copies of this sweep command with ``n_jobs=1``, at once, on the same study: each pulls
-    trials until the study has its n_trials. With GPUs, worker i sees only GPU i."""
-    gpus = visible_gpus()
-    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    procs = []
-    for i in range(n):
-        env = dict(os.environ, **{WORKER_ENV: f"{i}/{n}"})
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = visible[i % gpus] if visible else str(i % gpus)
-        args = [a for a in command_line() if not a.startswith(("hparams_search.n_jobs=", "hydra.sweeper.n_jobs="))]
-        procs.append(subprocess.Popen([*args, "hparams_search.n_jobs=1"], env=env))
-    log.info(f"{n} workers on the study: pids {' '.join(str(p.pid) for p in procs)}")
-    try:
-        codes = [p.wait() for p in procs]
-    except BaseException:
-        for p in procs:  # Ctrl-C: the workers' trials are told failed on their way out
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            p.wait()
-        raise
-    if any(codes):
-        raise RuntimeError(f"sweep workers exited with {codes} (their output is above)")
-
-
-def open_study(storage_url: str | None, study_name: str | None, direction: str, sampler: Any,
-               heartbeat_interval: int, grace_period: int):
-    """The study at ``storage_url`` (created on first use); a database that cannot be reached is
-    one line naming the URL without its password."""
-    import optuna
-
-    storage = None
-    if storage_url:
-        try:
-            with warnings.catch_warnings():  # heartbeat_interval is "experimental" since optuna 2.9
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                storage = optuna.storages.RDBStorage(str(storage_url), heartbeat_interval=heartbeat_interval,
-                                                     grace_period=grace_period)
-        except Exception as e:  # noqa: BLE001 - any driver's connection error: one line, no password
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConfigCompositionException(
-                f"hparams_search.storage: cannot open {without_password(storage_url)}: {reason[:200]}") from None
-    return optuna.create_study(study_name=study_name, storage=storage, sampler=sampler, direction=direction,
-                               load_if_exists=True)
-
-
-def check_same_space(study, space: dict[str, Any]) -> None:
-    """Workers on one study must search one space: the first stores it, the others compare."""
-    from optuna.distributions import distribution_to_json
-
-    mine = json.dumps({k: distribution_to_json(d) for k, d in sorted(space.items())}, sort_keys=True)
-    stored = study.user_attrs.get(SPACE_ATTR)
-    if stored is None:
-        study.set_user_attr(SPACE_ATTR, mine)
-    elif stored != mine:
-        theirs, ours = json.loads(stored), json.loads(mine)
-        differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-        raise ConfigCompositionException(
-            f"study '{study.study_name}' searches another space ({', '.join(differ)} differ): give this "
-            "search its own hparams_search.study_name, or the same ranges as the study's other workers")
-
-
-def counts_as_done(trial) -> bool:
-    from optuna.trial import TrialState
-
-    if trial.state == TrialState.PRUNED:
-        return True
-    return trial.state == TrialState.COMPLETE and (trial.value is None or abs(trial.value) < FAILED_SCORE)
-
-
-class Heartbeat:
-    """Records a running trial's heartbeat every ``interval`` seconds (a killed worker stops
-    beating: the next worker's ``fail_stale_trials`` marks the trial failed)."""
-
-    def __init__(self, study, trial, interval: int) -> None:
-        self.storage, self.trial_id, self.interval = study._storage, trial._trial_id, interval
-        self.stop = threading.Event()
-        self.thread = None
-        if getattr(self.storage, "get_heartbeat_interval", lambda: None)():  # an RDB storage beats
-            self.storage.record_heartbeat(self.trial_id)
-            self.thread = threading.Thread(target=self.beat, daemon=True)
-            self.thread.start()
-
-    def beat(self) -> None:
-        while not self.stop.wait(self.interval):
-            self.storage.record_heartbeat(self.trial_id)
-
-    def __enter__(self) -> "Heartbeat":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop.set()
-        if self.thread:
-            self.thread.join()
 
 
 class KotuneOptunaSweeper(Sweeper):
