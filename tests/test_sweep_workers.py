@@ -1,6 +1,7 @@
-"""Sweep workers on one Optuna study (hydra_plugins/kotune_sweeper.py): several processes pull
-trials from one database until it has ``n_trials`` finished ones; a SIGKILLed worker's trial is
-marked failed (its heartbeat stops) and replaced; bad input is one line.
+"""Sweep workers on one Optuna study (hydra_plugins/kotune_sweeper.py; kotune/study.py,
+kotune/sweep_workers.py): several processes pull trials from one database until it has
+``n_trials`` finished ones; a SIGKILLed worker's trial is marked failed (its heartbeat stops) and
+replaced; bad input is one line.
 
 PostgreSQL: the test starts its own server from the binaries on PATH or /usr/local/bin (initdb,
 pg_ctl) as a non-root user, in a temporary directory that user owns, on a unix socket, and stops
@@ -155,12 +156,15 @@ def test_n_jobs_runs_two_workers_at_once_each_with_its_own_assignment(tmp_path):
 
     sweep = tmp_path / "sweep"
     args = [a for a in WORKER_ARGS if not a.startswith("hparams_search.n_trials")]
-    proc = run_cli([*args, "hparams_search.n_trials=2", "hparams_search.n_jobs=2", f"hydra.sweep.dir={sweep}"],
-                   env={"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
+    # two GPUs named visible: n_jobs=auto starts a worker per GPU and pins each to its own (a CPU build
+    # of torch sees no CUDA device whatever the variable says, so the jobs still run on the CPU)
+    proc = run_cli([*args, "hparams_search.n_trials=2", "hparams_search.n_jobs=auto", f"hydra.sweep.dir={sweep}"],
+                   env={"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "0,1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = [t for t in load(f"sqlite:///{sweep}/optuna.db").trials if t.state == TrialState.COMPLETE]
     assert len(trials) == 2
     assert sorted(t.user_attrs["worker"] for t in trials) == ["0/2", "1/2"]  # one trial per worker
+    assert sorted(t.user_attrs["device"] for t in trials) == ["0", "1"]  # each worker saw only its own GPU
     first, second = sorted(trials, key=lambda t: t.datetime_start)
     assert second.datetime_start < first.datetime_complete  # the two ran at the same time
     assert (sweep / "best_trial.yaml").exists()
