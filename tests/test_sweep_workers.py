@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
@@ -80,6 +79,13 @@ def worker(args: list[str]) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def run_to_end(args: list[str]) -> None:
+    """A worker started now and waited for: it must end cleanly."""
+    proc = worker(args)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+
+
 def load(url: str, name: str = "nli-tiny-finetune"):
     import optuna
 
@@ -121,9 +127,7 @@ def test_sqlite_one_worker_killed_mid_trial_is_replaced_on_the_next_run(tmp_path
     wait_for_running(url)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    again = worker(args)
-    out, _ = again.communicate(timeout=600)
-    assert again.returncode == 0, out[-3000:]
+    run_to_end(args)
     check_completed_study(url)
     assert (sweep / "best_trial.yaml").exists()
 
@@ -143,9 +147,7 @@ def test_postgres_two_workers_one_killed_the_study_still_completes(tmp_path, pos
 
     if sum(t.state == TrialState.COMPLETE for t in load(postgres_url).trials) < N_TRIALS:
         # b may have stopped (surplus) while a's trial still counted as running: a new worker replaces it
-        c = worker(args)
-        out, _ = c.communicate(timeout=600)
-        assert c.returncode == 0, out[-3000:]
+        run_to_end(args)
     check_completed_study(postgres_url)
     assert (sweep / "best_trial.yaml").exists()
 
