@@ -54,14 +54,14 @@ def test_sorted_prediction_returns_rows_in_input_order(task, tmp_path, cache_dir
         alone = [b.model(**{k: torch.tensor([v]) for k, v in row.items()})["logits"][0].numpy()
                  for row in features.select_columns(encoder_inputs)]
     atol = 1e-5  # padding in a batch moves these logits by ~1e-6
-    for i, mine in enumerate(alone):
-        got = np.asarray(seen["predictions"])[i]
-        got = got[: len(mine)] if mine.ndim > 1 else got  # token logits: padded past the row
-        np.testing.assert_allclose(got, mine, atol=atol, err_msg=f"row {i} got another row's logits")
-    # the tolerance sees a swap: any two rows' logits (over their common tokens) differ by more than 5 × atol
+    batch = [np.asarray(seen["predictions"])[i] for i in range(len(alone))]
     common = (lambda a, c: (a[: min(len(a), len(c))], c[: min(len(a), len(c))]) if a.ndim > 1 else (a, c))
-    closest = min(np.abs(np.subtract(*common(a, c))).max() for k, a in enumerate(alone) for c in alone[k + 1:])
-    assert closest > 5 * atol, closest
+    for i, mine in enumerate(alone):
+        np.testing.assert_allclose(*common(batch[i], mine), atol=atol, err_msg=f"row {i} got another row's logits")
+        # two rows of a random encoder can lie closer than atol (3.7e-5 seen), so the order is also checked
+        # as nearest neighbours: row i's batched logits are nearer its own alone logits than any other row's
+        distance = [np.abs(np.subtract(*common(batch[i], other))).max() for other in alone]
+        assert distance[i] <= min(distance), (i, int(np.argmin(distance)))
 
 
 def free_port() -> int:
