@@ -81,23 +81,31 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, cache_dir: str | None
     from transformers import PreTrainedTokenizerFast
 
     texts = list(texts)
-    key = hashlib.sha256(("\n".join(texts) + f"|{vocab_size}|v2").encode()).hexdigest()[:16]
+    key = hashlib.sha256(("\n".join(texts) + f"|{vocab_size}|v3").encode()).hexdigest()[:16]
     path = os.path.join(cache_dir, "tokenizers", key) if cache_dir else None
     if path and os.path.exists(os.path.join(path, "tokenizer.json")):
         return PreTrainedTokenizerFast.from_pretrained(path)
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     # cased, no accent stripping: NFD would split Hangul syllables into jamo
-    tok.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                                             show_progress=False))
-    # the trainer numbers the "##" pieces in hash-map order, which changes from one process to the next:
-    # the same vocabulary would get other ids (and so another model init); number it in sorted order
-    trained = tok.get_vocab()
+    normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # the trainer numbers each "##" character piece when it first meets it in hash-map order, which
+    # changes from one process to the next, and breaks ties between merges by those numbers: the same
+    # text gave another vocabulary in every fresh run (huggingface/tokenizers#1794). Given to it up
+    # front, in sorted order, they are numbered the same way every time
+    pieces = sorted({"##" + c for text in texts for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+                     for c in word[1:]})
+    trainer_tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    trainer_tok.normalizer, trainer_tok.pre_tokenizer = normalizer, pre_tokenizer
+    trainer_tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials + pieces,
+                                                                     show_progress=False))
+    # a fresh tokenizer on the trained vocabulary (the pieces are ordinary tokens, not special ones),
+    # numbered in sorted order
+    trained = trainer_tok.get_vocab()
     ordered = specials + sorted(t for t in trained if t not in specials)
-    tok.model = models.WordPiece({t: i for i, t in enumerate(ordered)}, unk_token="[UNK]")
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(ordered)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = normalizer, pre_tokenizer, decoders.WordPiece()
+    tok.add_special_tokens(specials)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
                                             special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
