@@ -101,7 +101,7 @@ def read_run(path: Path) -> dict | None:
     metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
     status = data.get("status", "ok" if metrics else None)  # early results had no status
-    if status not in ("ok", "failed"):
+    if status not in ("ok", "failed", "pruned"):  # pruned: a sweep's trial stopped early (kotune/pruning.py)
         warn(f"skipping {path}: partial run (status {status!r})")
         return None
     if status == "ok" and not metrics:
@@ -329,7 +329,8 @@ def has_settings(rows: list[tuple]) -> bool:
 def leaderboard_markdown(runs: list[dict], rows, columns, cells, paper: dict | None, dirs: list[str],
                          paper_file: str = "") -> str:
     n_ok = sum(r["status"] == "ok" for r in runs)
-    n_failed = len(runs) - n_ok
+    n_pruned = sum(r["status"] == "pruned" for r in runs)
+    n_failed = len(runs) - n_ok - n_pruned
     main = {r["task"]: r["main_metric"] for r in runs}
     head = ["model", "mode"] + (["setting"] if has_settings(rows) else [])
     for task, metric in columns:
@@ -341,7 +342,9 @@ def leaderboard_markdown(runs: list[dict], rows, columns, cells, paper: dict | N
     head.append("failed")
     lines = [
         "# kotune leaderboard", "",
-        f"{len(runs)} runs under {', '.join(dirs)}: {n_ok} ok, {n_failed} failed. Cells: mean ± std over "
+        f"{len(runs)} runs under {', '.join(dirs)}: {n_ok} ok, "
+        + (f"{n_pruned} pruned (sweep trials stopped early, not in the cells), " if n_pruned else "")
+        + f"{n_failed} failed. Cells: mean ± std over "
         "seeds (n ok runs), metrics ×100 on the validation split; * marks the task's main metric."
         + (" Cross-validation runs (data.folds): over folds and seeds, each fold's held-out part its validation "
            "split." if any(r["flat_config"].get("data.folds") for r in runs) else ""),
@@ -484,7 +487,8 @@ def plot_task(path: Path, task: str, runs: list[dict], rows: list[tuple], paper:
 
 
 def plot_sweep(path: Path, runs: list[dict], keys: list[str]) -> None:
-    """Main metric against each varying setting; the best run starred, failed runs as red x."""
+    """Main metric against each varying setting; the best run starred, pruned trials hollow (their
+    best score before the stop), failed runs as red x."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -494,6 +498,7 @@ def plot_sweep(path: Path, runs: list[dict], keys: list[str]) -> None:
     metric = r0["main_metric"]
     ok = [r for r in runs if r["main_score"] is not None]
     failed = [r for r in runs if r["status"] == "failed"]
+    pruned = [r for r in runs if r["status"] == "pruned" and metric in r["metrics"]]
     best = max(ok, key=lambda r: r["main_score"]) if ok else None
     cols = min(3, len(keys))
     nrows = math.ceil(len(keys) / cols)
@@ -514,6 +519,9 @@ def plot_sweep(path: Path, runs: list[dict], keys: list[str]) -> None:
                 return cats.index(json.dumps(r["flat_config"][key]))
             ax.set_xticks(range(len(cats)), [c.strip('"') for c in cats], rotation=20, fontsize=8)
         ax.scatter([xpos(r) for r in ok], [r["main_score"] for r in ok], color="#4C72B0", s=30, label="trial")
+        if pruned:
+            ax.scatter([xpos(r) for r in pruned], [r["metrics"][metric] for r in pruned], facecolors="none",
+                       edgecolors="#8C8C8C", s=30, label="pruned")
         if failed:
             ax.scatter([xpos(r) for r in failed], [low] * len(failed), color="#C44E52", marker="x", s=40,
                        label="failed")
@@ -527,7 +535,7 @@ def plot_sweep(path: Path, runs: list[dict], keys: list[str]) -> None:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=8)
     fig.suptitle(f"{r0['task']} / {r0['model']} / {r0['mode']}: {metric} per trial "
-                 f"({len(ok)} ok, {len(failed)} failed)", fontsize=12)
+                 f"({len(ok)} ok, {len(pruned)} pruned, {len(failed)} failed)", fontsize=12)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

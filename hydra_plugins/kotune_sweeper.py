@@ -19,6 +19,7 @@ at the end the best trial's score and config go to ``best_trial.yaml`` in the sw
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
@@ -46,8 +47,12 @@ class KotuneOptunaSweeper(Sweeper):
 
     def __init__(self, sampler: Any = None, direction: str = "auto", storage: str | None = None,
                  study_name: str | None = None, n_trials: int = 20, n_jobs: int | str = 1,
-                 heartbeat_interval: int = 10, grace_period: int = 60, params: Any = None, **_: Any) -> None:
+                 heartbeat_interval: int = 10, grace_period: int = 60, pruner: str = "none",
+                 pruner_startup_trials: int = 5, pruner_warmup_evaluations: int = 0, params: Any = None,
+                 **_: Any) -> None:
         self.sampler, self.direction, self.storage, self.study_name = sampler, direction, storage, study_name
+        self.pruner, self.pruner_startup_trials = str(pruner), pruner_startup_trials
+        self.pruner_warmup_evaluations = pruner_warmup_evaluations
         self.n_trials, self.n_jobs = int(n_trials), n_jobs
         self.heartbeat_interval, self.grace_period = int(heartbeat_interval), int(grace_period)
         self.params = params
@@ -58,14 +63,19 @@ class KotuneOptunaSweeper(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(
             config=config, hydra_context=hydra_context, task_function=task_function)
         short = OmegaConf.to_container(config.get("hparams_search") or {}, resolve=True)
-        for key in ("storage", "study_name", "n_trials", "n_jobs"):
+        for key in ("storage", "study_name", "n_trials", "n_jobs", "pruner"):
             if short.get(key) is not None:  # hparams_search.KEY=… is the short name of hydra.sweeper.KEY
                 setattr(self, key, short[key])
-        self.n_trials = int(self.n_trials)
+        self.n_trials, self.pruner = int(self.n_trials), str(self.pruner)
 
     def sweep(self, arguments: list[str]) -> None:
+        from kotune import pruning
+
         cfg = self.config
         check_search_keys(cfg, search_keys(self.params, arguments))
+        refused = pruning.problem(self.pruner, cfg, type(self.launcher).__name__)
+        if refused:
+            raise ConfigCompositionException(refused)
         params, arguments = drop_shadowed(cfg, self.params, arguments)  # e.g. epochs under train.max_steps
         space, fixed = search_space(params, arguments)
         direction = self.direction
@@ -74,7 +84,8 @@ class KotuneOptunaSweeper(Sweeper):
         sweep_dir = str(cfg.hydra.sweep.dir)
         os.makedirs(sweep_dir, exist_ok=True)  # SQLite creates the file, not its folder
         study = open_study(self.storage, self.study_name, direction, self.sampler,
-                           self.heartbeat_interval, self.grace_period)
+                           self.heartbeat_interval, self.grace_period,
+                           pruning.make_pruner(self.pruner, self.pruner_startup_trials, self.pruner_warmup_evaluations))
         check_same_space(study, space)
         workers = n_workers(self.n_jobs)
         if workers > 1:
@@ -107,6 +118,8 @@ class KotuneOptunaSweeper(Sweeper):
         import optuna
         from optuna.trial import TrialState
 
+        from kotune import pruning
+
         with warnings.catch_warnings():  # "experimental" since optuna 2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)  # a killed worker's trial: failed, so it is replaced
@@ -135,8 +148,9 @@ class KotuneOptunaSweeper(Sweeper):
         # hparams_search.* is the sweeper's (a database URL need not survive re-parsing as a job override)
         job_fixed = {k: v for k, v in fixed.items() if not k.startswith("hparams_search.")}
         overrides = tuple(f"{k}={v}" for k, v in {**trial.params, **job_fixed}.items())
+        prune = pruning.reporting_to(trial) if self.pruner != "none" else contextlib.nullcontext()
         try:
-            with Heartbeat(study, trial, self.heartbeat_interval):
+            with Heartbeat(study, trial, self.heartbeat_interval), prune as link:
                 ret = self.launcher.launch([overrides], initial_job_idx=trial.number)[0]
         except BaseException:
             # Ctrl-C or a crash of the sweep itself: the trial is over, so the study must not wait for it
@@ -148,8 +162,12 @@ class KotuneOptunaSweeper(Sweeper):
             log.warning(f"trial {trial.number}: the job returned {ret.return_value!r}, not a score: marked failed")
             study.tell(trial, state=TrialState.FAIL)
             return True
+        pruned = link is not None and link.pruned_at is not None
         try:
-            study.tell(trial, value)
+            if pruned:  # optuna keeps its last reported value as the trial's value
+                study.tell(trial, state=TrialState.PRUNED)
+            else:
+                study.tell(trial, value)
         except ValueError:  # another worker found its heartbeat stale and failed it: it was replaced
             log.warning(f"trial {trial.number} was marked failed while it ran (a heartbeat too late: raise "
                         "hydra.sweeper.grace_period); its result stays in its directory")

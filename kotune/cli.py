@@ -51,7 +51,7 @@ def main(cfg: DictConfig) -> float:
         results = execute(cfg, hc.runtime.output_dir)
         if hc.mode == RunMode.MULTIRUN:
             release_memory()
-    if results["status"] == "ok":
+    if results["status"] in ("ok", "pruned"):
         print(f"\n{summary(results)}\n  results: {path}", flush=True)
         score = results.get("main_score")
         return float(score) if score is not None and math.isfinite(score) else worst_score(cfg)

@@ -26,7 +26,8 @@ REPORT_KEYS = ("n_train", "n_eval", "n_predict", "n_tune", "trainable_params", "
                "mix_params",
                "max_length", "layers", "indices", "scalar_mix", "pooling", "cache", "encode_s",
                "head_train_s", "train_samples_per_second", "train_loss", "eval_samples_per_second",
-               "checkpoint", "onnx_file", "resumed_from", "best_step", "metrics_last", "early_stopping", "class_weights",
+               "checkpoint", "onnx_file", "resumed_from", "best_step", "metrics_last", "early_stopping", "pruned",
+               "class_weights",
                "decision", "predictions_file", "metrics", "data")
 
 

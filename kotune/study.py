@@ -21,9 +21,9 @@ def without_password(url: str) -> str:
 
 
 def open_study(storage_url: str | None, study_name: str | None, direction: str, sampler: Any,
-               heartbeat_interval: int, grace_period: int):
+               heartbeat_interval: int, grace_period: int, pruner: Any = None):
     """The study at ``storage_url`` (created on first use); a database that cannot be reached is
-    one line naming the URL without its password."""
+    one line naming the URL without its password. ``pruner``: optuna's (None: none)."""
     import optuna
 
     storage = None
@@ -38,7 +38,7 @@ def open_study(storage_url: str | None, study_name: str | None, direction: str, 
             raise ConfigCompositionException(
                 f"hparams_search.storage: cannot open {without_password(storage_url)}: {reason[:200]}") from None
     return optuna.create_study(study_name=study_name, storage=storage, sampler=sampler, direction=direction,
-                               load_if_exists=True)
+                               pruner=pruner or optuna.pruners.NopPruner(), load_if_exists=True)
 
 
 def check_same_space(study, space: dict[str, Any]) -> None:

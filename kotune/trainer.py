@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from torch.utils.data import SequentialSampler
 from transformers import PreTrainedModel, Trainer, TrainingArguments
 
-from kotune import early_stopping
+from kotune import early_stopping, pruning
 from kotune.build import Built, make_collator
 from kotune.optim import check_layer_decay, parameter_groups
 from kotune.resume import COMPLETE, resume_identity
@@ -257,7 +257,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
         layer_lr_decay=check_layer_decay(cfg.train.get("layer_lr_decay", 1.0), bool(cfg.mode.frozen)),
         resume_config=resume_identity(cfg),
         tensorboard_dir=tensorboard_dir(cfg, run_dir) if train is not None else None,
-        callbacks=early_stopping.callbacks(cfg) if train is not None else None,
+        callbacks=early_stopping.callbacks(cfg) + pruning.callbacks(task.main_metric) if train is not None else None,
     )
 
 

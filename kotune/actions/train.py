@@ -7,7 +7,7 @@ import os
 
 from omegaconf import DictConfig
 
-from kotune import early_stopping
+from kotune import early_stopping, pruning
 from kotune.build import build
 from kotune.predict import fit_decision, predict, run_report
 from kotune.resume import train_resumable
@@ -37,7 +37,11 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     res = run_report(cfg, run_dir, b, "validation", outputs, speed, train_loss=train_loss,
                      train_samples_per_second=train_metrics.get("train_samples_per_second"),
                      head_train_s=train_metrics.get("train_runtime"),
-                     resumed_from=resumed_from, early_stopping=early_stopping.report(trainer, cfg), **best)
-    if trainer.is_world_process_zero() and cfg.save_model:
+                     resumed_from=resumed_from, early_stopping=early_stopping.report(trainer, cfg),
+                     pruned=pruning.report(trainer), **best)
+    if res["pruned"]:
+        log(f"pruned at evaluation {res['pruned']['evaluation']} (step {res['pruned']['step']} of "
+            f"{res['pruned']['max_steps']}): no model saved")
+    elif trainer.is_world_process_zero() and cfg.save_model:
         b.model.save(os.path.join(run_dir, "model"), b.tokenizer)
     return res
