@@ -81,7 +81,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, cache_dir: str | None
     from transformers import PreTrainedTokenizerFast
 
     texts = list(texts)
-    key = hashlib.sha256(("\n".join(texts) + f"|{vocab_size}|v3").encode()).hexdigest()[:16]
+    key = hashlib.sha256(("\n".join(texts) + f"|{vocab_size}|v4").encode()).hexdigest()[:16]
     path = os.path.join(cache_dir, "tokenizers", key) if cache_dir else None
     if path and os.path.exists(os.path.join(path, "tokenizer.json")):
         return PreTrainedTokenizerFast.from_pretrained(path)
@@ -109,8 +109,11 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, cache_dir: str | None
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
                                             special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    # BERT's inputs, as BertTokenizerFast names them: without token_type_ids here, an exported model's
+    # pipeline() gave every pair segment 0 while kotune trained it with 1 for the second text
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
     if path:
         tmp = f"{path}.tmp{os.getpid()}"
         fast.save_pretrained(tmp)
