@@ -553,15 +553,16 @@ def test_probe_reads_the_checkpoints_states_and_scores_what_its_table_says(train
 
 def initial_encoders(monkeypatch) -> list[dict]:
     """The encoder of each training run started in this test, as it was before its first step."""
-    import kotune.actions.train as train_action
+    import kotune.trainer
 
-    seen, make = [], train_action.make_trainer
+    seen, make = [], kotune.trainer.make_trainer
 
     def snapshot(cfg, b, run_dir):
         seen.append({k: v.detach().clone() for k, v in b.model.encoder.state_dict().items()})
         return make(cfg, b, run_dir)
 
-    monkeypatch.setattr(train_action, "make_trainer", snapshot)
+    # action=train imports make_trainer when it runs (after the data is read): patched where it is defined
+    monkeypatch.setattr(kotune.trainer, "make_trainer", snapshot)
     return seen
 
 
