@@ -23,8 +23,7 @@ from torch.func import functional_call
 from torchcrf import CRF
 
 from heads.token import CharTokenHead, TokenHead
-from tasks.base import LABEL_FIELDS
-from tasks.collate import IGNORE
+from tasks.base import IGNORE, LABEL_FIELDS
 
 FORBIDDEN = -1e4  # exp(-1e4) is 0 in float32: a path through a forbidden move has no probability
 

@@ -36,8 +36,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from heads.loss import CountedLoss, cross_entropy_sum, labelled
-from tasks.base import LABEL_FIELDS
-from tasks.collate import IGNORE
+from tasks.base import IGNORE, LABEL_FIELDS
 from tasks.dp import BIAFFINE_INITS, WORD_POOLINGS
 
 REFERENCE_DROPOUT = 0.33  # KLUE-baseline's dropout on POS embeddings and LSTM outputs

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from tasks.collate import IGNORE
+from tasks.base import IGNORE
 
 
 def labelled(labels: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:

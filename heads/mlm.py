@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from heads.encoder import _from_hub_or_cache, build_config
 from heads.loss import cross_entropy_sum, labelled, mean_of_terms
-from tasks.collate import IGNORE
+from tasks.base import IGNORE
 from tasks.errors import ConfigError
 from tasks.log import log, warn
 

@@ -228,11 +228,9 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     ``new_head``: a checkpoint gives only its tokenizer and encoder; the head and the labels are
     new, from ``cfg`` and the train split (``action=probe``). ``onnx``: ``checkpoint=`` may be an
     ONNX export (actions that only predict)."""
-    from heads.model import KotuneModel
-
-    seed_everything(int(cfg.train.seed))
     task = build_task(cfg.task)
     if cfg.get("checkpoint") and not new_head:
+        seed_everything(int(cfg.train.seed))
         loaded = load_encoder_side(cfg, task, None, onnx=onnx)
         if getattr(loaded.model, "runtime", None) != "onnxruntime":  # an export is a plain native model
             check_checkpoint_mode(cfg, loaded.model, cfg.checkpoint, "train" in need)
@@ -248,6 +246,10 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
             task.fit_labels([ex for s in ("train", "tune") if s in splits for ex in splits[s].examples])
             if "validation" in splits:
                 task.check_labels(splits["validation"].examples, splits["validation"].where)
+        # seeded (torch, transformers) once the data is read, on seeds of its own: a mistake there answers first
+        seed_everything(int(cfg.train.seed))
+        from heads.model import KotuneModel
+
         first = splits.get("train") or next(iter(splits.values()))
         loaded = load_encoder_side(cfg, task, task.training_texts(first.examples))
         head_kwargs = dict(task.head_kwargs(), dropout=cfg.train.get("head_dropout"))  # None: the architecture's

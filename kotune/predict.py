@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from kotune.build import Built, build, make_collator
 from kotune.runtime import is_rank_zero, local_rank_zero_first
 from kotune.trainer import make_trainer
-from tasks.collate import IGNORE
+from tasks.base import IGNORE
 from tasks.errors import ConfigError
 from tasks.io import write_jsonl_atomic
 from tasks.log import log

@@ -80,12 +80,10 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # peft asks transformers 5 the old way
     for name in ("transformers", "datasets", "accelerate"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    try:
-        import transformers
-
-        transformers.logging.set_verbosity_warning()
-    except ImportError:
-        pass
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].logging.set_verbosity_warning()
+    else:  # read when it loads: a command that fails before it does not import it (a second) to quiet it
+        os.environ["TRANSFORMERS_VERBOSITY"] = "warning"
 
 
 def release_memory() -> None:

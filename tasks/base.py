@@ -22,6 +22,10 @@ from tasks.log import log
 
 SAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# the label of a slot that is not scored (padding, specials, continuation subwords); the one definition.
+# Here, not in tasks/collate.py (torch): importing the tasks package does not load torch, so the command
+# line answers a config or data mistake without paying for it
+IGNORE = -100
 # The task↔head contract, defined once: the batch keys that carry each head kind's labels. Heads
 # read their ``label_fields`` from here, tasks encode these columns, and Trainer's ``label_names``
 # come from the head.

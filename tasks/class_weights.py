@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 from omegaconf import ListConfig
 
-from tasks.collate import IGNORE
+from tasks.base import IGNORE
 from tasks.errors import ConfigError
 
 BALANCED = "balanced"

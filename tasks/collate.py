@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-IGNORE = -100  # the label of a slot that is not scored (padding, specials, continuation subwords); the one definition
+from tasks.base import IGNORE
 
 
 class DynamicPaddingCollator:

@@ -38,8 +38,7 @@ from typing import Iterable
 import numpy as np
 
 from tasks import metric_sets
-from tasks.base import EncodeSettings, Task
-from tasks.collate import IGNORE
+from tasks.base import IGNORE, EncodeSettings, Task
 from tasks.errors import ConfigError, DataError
 from tasks.io import open_text, text_lines
 from tasks.log import log

@@ -25,8 +25,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from tasks.base import EncodeSettings, Task
-from tasks.collate import IGNORE
+from tasks.base import IGNORE, EncodeSettings, Task
 from tasks.errors import ConfigError, DataError
 from tasks import metric_sets
 from tasks.log import log

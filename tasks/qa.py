@@ -20,10 +20,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from tasks import metric_sets
-from tasks.base import MODEL_INPUTS, EncodeSettings, Task
+from tasks.base import IGNORE, MODEL_INPUTS, EncodeSettings, Task
 from tasks.errors import ConfigError, DataError, KotuneError
 from tasks.log import warn
-from tasks.collate import IGNORE
 from tasks.io import read_json, read_records, write_json_atomic
 
 HIGH, LOW = 1.0e3, -1.0e3  # synthetic logits of the ceiling: gold vs everything else

@@ -1,5 +1,10 @@
 """Bad input: one clear line naming the file, the row and what is wrong; never a traceback;
-a results.json with status "failed" is still written."""
+a results.json with status "failed" is still written.
+
+The command line runs in the test's process (``conftest.run_cli_here``: its entry point, stdout,
+stderr and exit status), except where the check needs a new process: the hub tests set
+HF_HUB_OFFLINE and HF_ENDPOINT, read when huggingface_hub loads, and so run ``python run.py`` end
+to end (its one error line, no traceback, exit status and results.json as a user gets them)."""
 from __future__ import annotations
 
 import json
@@ -7,13 +12,15 @@ import time
 
 import pytest
 
-from conftest import run_cli, shared_path
+from conftest import run_cli, run_cli_here, shared_path
 
 NLI_ROW = {"guid": "g0", "premise": "비가 온다.", "hypothesis": "날씨가 맑다.", "gold_label": "contradiction"}
 
 
-def fail(args: list[str], tmp_path, code: int = 1, **kw) -> str:
-    proc = run_cli(args + [f"hydra.run.dir={tmp_path / 'run'}"], **kw)
+def fail(args: list[str], tmp_path, code: int = 1, env: dict | None = None) -> str:
+    """The one error line of a command that fails; with ``env``, a new process that has it."""
+    full = args + [f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = run_cli(full, env=env) if env else run_cli_here(full)
     assert proc.returncode == code, proc.stdout[-1500:] + proc.stderr[-1500:]
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -76,8 +83,8 @@ def test_tsv_with_literal_quotes_reads_as_written_and_csv_quoting_names_the_row(
     line = fail(["task=text_cls", "model=tiny", f"data.train_file={tsv}", "data.validation_split=0.5",
                  "data.quoting=csv"], tmp_path)
     assert f"{tsv}:3: 2 columns, the header has 3" in line and "data.quoting=none" in line
-    proc = run_cli(["task=text_cls", "model=tiny", f"data.train_file={tsv}", "data.validation_split=0.5",
-                    "train.max_steps=1", f"hydra.run.dir={tmp_path / 'ok'}"])
+    proc = run_cli_here(["task=text_cls", "model=tiny", f"data.train_file={tsv}", "data.validation_split=0.5",
+                         "train.max_steps=1", f"hydra.run.dir={tmp_path / 'ok'}"])
     assert proc.returncode == 0, proc.stderr[-1500:]  # auto: a .tsv is read with quoting off
     res = json.loads((tmp_path / "ok" / "results.json").read_text())
     assert res["n_train"] + res["n_eval"] == 4
@@ -162,9 +169,9 @@ def test_hub_dataset_offline_points_at_local_files(tmp_path):
 
 def test_lowercasing_a_cased_korean_vocab_warns(tmp_path):
     vocab = shared_path("vocab/kcbert-base")
-    proc = run_cli(["model=kcbert", "model.init=random", f"model.name_or_path={vocab}",
-                    "model.config_overrides.num_hidden_layers=1", "model.tokenizer_kwargs.do_lower_case=true",
-                    "data=sample", "train.max_steps=1", f"hydra.run.dir={tmp_path / 'run'}"])
+    proc = run_cli_here(["model=kcbert", "model.init=random", f"model.name_or_path={vocab}",
+                         "model.config_overrides.num_hidden_layers=1", "model.tokenizer_kwargs.do_lower_case=true",
+                         "data=sample", "train.max_steps=1", f"hydra.run.dir={tmp_path / 'run'}"])
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert "[UNK]" in proc.stdout and "do_lower_case=false" in proc.stdout
 

@@ -54,7 +54,9 @@ def test_kotune_runs_a_job_where_python_run_py_would(tmp_path):
 
 @pytest.mark.parametrize("given, seen", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
 def test_the_entry_point_sets_omp_wait_policy_before_torch_loads(tmp_path, given, seen):
-    """The value torch reads when it loads: the entry point's default, or the user's own."""
+    """The value torch reads when it loads: the entry point's default, or the user's own. ``--cfg job``
+    answers before anything loads torch (kotune.cli imports none of it): the import after it, in
+    the same process, is then the first, and must see what the entry point set."""
     probe = textwrap.dedent("""
         import os, sys
         from importlib import metadata
@@ -67,7 +69,10 @@ def test_the_entry_point_sets_omp_wait_policy_before_torch_loads(tmp_path, given
         sys.meta_path.insert(0, Watch())
         (entry,) = [e for e in metadata.entry_points(group="console_scripts") if e.name == "kotune"]
         sys.argv = ["kotune", "task=text_cls", "model=tiny", "--cfg", "job"]
-        entry.load()()
+        try:
+            entry.load()()
+        finally:
+            import torch  # noqa: F401
     """)
     env = environment(tmp_path, **({"OMP_WAIT_POLICY": given} if given else {}))
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -13,20 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cli_here
 
 STEPS = 40
 
 
-def command(run_dir: Path, cache: str, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "run.py"), "task=nli", "model=tiny", "data=sample", f"cache_dir={cache}",
-            f"train.max_steps={STEPS}", "train.batch_size=8", "train.save_strategy=steps", "train.save_steps=5",
-            "train.save_total_limit=3", "train.logging_steps=5", f"hydra.run.dir={run_dir}", *extra]
+def arguments(run_dir: Path, cache: str, *extra: str) -> list[str]:
+    return ["task=nli", "model=tiny", "data=sample", f"cache_dir={cache}", f"train.max_steps={STEPS}",
+            "train.batch_size=8", "train.save_strategy=steps", "train.save_steps=5", "train.save_total_limit=3",
+            "train.logging_steps=5", f"hydra.run.dir={run_dir}", *extra]
 
 
-def run(cmd: list[str]) -> subprocess.CompletedProcess:
-    env = dict(os.environ, KOTUNE_PROGRESS="0")
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+def run(run_dir: Path, cache: str, *extra: str) -> subprocess.CompletedProcess:
+    """The command in this process (conftest.run_cli_here): only the run that is killed needs one of its own."""
+    return run_cli_here(arguments(run_dir, cache, *extra))
 
 
 def results(run_dir: Path) -> dict:
@@ -35,14 +35,14 @@ def results(run_dir: Path) -> dict:
 
 @pytest.mark.slow
 def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, cache_dir):
-    reference = run(command(tmp_path / "ref", cache_dir))
+    reference = run(tmp_path / "ref", cache_dir)
     assert reference.returncode == 0, reference.stderr[-2000:]
     ref = results(tmp_path / "ref")
 
     run_dir = tmp_path / "killed"
     env = dict(os.environ, KOTUNE_PROGRESS="0")
-    proc = subprocess.Popen(command(run_dir, cache_dir), cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), *arguments(run_dir, cache_dir)], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         if list((run_dir / "checkpoints").glob("checkpoint-*/kotune_complete.json")):
@@ -59,7 +59,7 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, cache_dir
     partial.mkdir(exist_ok=True)
     (partial / "model.safetensors").write_bytes(b"\0" * 100)
 
-    again = run(command(run_dir, cache_dir))
+    again = run(run_dir, cache_dir)
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"checkpoint-{STEPS - 1} is incomplete" in again.stdout
     assert f"resume: from checkpoint-{complete[-1]} of {STEPS}" in again.stdout
@@ -68,10 +68,10 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, cache_dir
     assert res["train_loss"] == pytest.approx(ref["train_loss"], abs=1e-6)
     assert res["metrics"] == pytest.approx(ref["metrics"], abs=1e-6)
 
-    changed = run(command(run_dir, cache_dir, "train.learning_rate=1e-3"))
+    changed = run(run_dir, cache_dir, "train.learning_rate=1e-3")
     assert changed.returncode == 1
     assert "train.learning_rate" in changed.stderr and "train.resume=never" in changed.stderr
-    fresh = run(command(run_dir, cache_dir, "train.learning_rate=1e-3", "train.resume=never"))
+    fresh = run(run_dir, cache_dir, "train.learning_rate=1e-3", "train.resume=never")
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert results(run_dir)["resumed_from"] is None
 

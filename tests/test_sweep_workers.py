@@ -24,10 +24,11 @@ from conftest import ROOT, run_cli
 from test_sweep import lr_score, multirun, stub_train
 
 N_TRIALS = 4
+GRACE_S = 15  # a running trial whose heartbeat is older is a killed worker's: failed and replaced
 # a tiny real run per trial (the kill needs a trial that is running in a real process)
 WORKER_ARGS = ["-m", "hparams_search=nli", "model=tiny", "data=sample", "train.max_steps=3", "train.batch_size=8",
                "save_model=false", f"hparams_search.n_trials={N_TRIALS}", "hydra.sweeper.heartbeat_interval=1",
-               "hydra.sweeper.grace_period=15"]
+               f"hydra.sweeper.grace_period={GRACE_S}"]
 
 
 def pg_binary(name: str) -> str | None:
@@ -127,6 +128,10 @@ def test_sqlite_one_worker_killed_mid_trial_is_replaced_on_the_next_run(tmp_path
     wait_for_running(url)
     first.send_signal(signal.SIGKILL)
     first.wait()
+    # the next run comes after the grace period: until then the killed trial counts as running, and a
+    # worker that reaches its last trial sooner stops as surplus with the study a trial short (the
+    # old ~11 s of CLI imports used to wait for it by chance)
+    time.sleep(GRACE_S + 1)
     run_to_end(args)
     check_completed_study(url)
     assert (sweep / "best_trial.yaml").exists()

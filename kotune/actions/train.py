@@ -9,16 +9,19 @@ from omegaconf import DictConfig
 
 from kotune import early_stopping, pruning
 from kotune.build import build
-from kotune.predict import fit_decision, predict, run_report
-from kotune.resume import train_resumable
 from kotune.runtime import local_rank_zero_first
-from kotune.trainer import make_trainer
 from tasks.log import log
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
     with local_rank_zero_first():
         b = build(cfg, ("train", "validation"))
+    # after build: a data or config mistake is answered before transformers' Trainer (and peft,
+    # accelerate) load, seconds of every failing command
+    from kotune.predict import fit_decision, predict, run_report
+    from kotune.resume import train_resumable
+    from kotune.trainer import make_trainer
+
     trainer = make_trainer(cfg, b, run_dir)
     log(f"training: {len(b.splits['train'].examples)} examples, "
         f"{b.model.param_counts()['trainable_params']:,} trainable parameters")
