@@ -131,8 +131,9 @@ class KotuneOptunaSweeper(Sweeper):
             trial = study.ask()
         if sampler_cfg.get("seed") is not None and not sampler_cfg.get("_partial_"):
             # a seeded sampler starts its random draws over in every process: seeded by the trial's
-            # number, a resume or a second worker does not repeat earlier trials' parameters
-            study.sampler = instantiate(sampler_cfg, seed=int(sampler_cfg.seed) + trial.number)
+            # number too, a resume or a second worker does not repeat earlier trials' parameters. Mixed,
+            # not added: with seed + number, seed 2's trial k drew seed 1's trial k + 1
+            study.sampler = instantiate(sampler_cfg, seed=trial_seed(int(sampler_cfg.seed), trial.number))
         for key, dist in space.items():
             trial._suggest(key, dist)  # optuna's own path for a distribution object (what suggest_* call)
         live = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number
@@ -172,6 +173,13 @@ class KotuneOptunaSweeper(Sweeper):
             log.warning(f"trial {trial.number} was marked failed while it ran (a heartbeat too late: raise "
                         "hydra.sweeper.grace_period); its result stays in its directory")
         return True
+
+
+def trial_seed(seed: int, number: int) -> int:
+    """The sampler's seed for trial ``number`` of a study seeded ``seed`` (independent streams)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
 
 
 def write_best(sweep_dir: str, greater_is_better: bool = True, searched: list[str] | None = None) -> dict | None:

@@ -327,3 +327,15 @@ def test_slurm_launcher_config_composes():
     assert launcher.gpus_per_node == 1 and launcher.tasks_per_node == 1
     job = run_cli(["hydra/launcher=slurm", "task=nli", "model=klue", "--cfg", "job"])
     assert job.returncode == 0 and OmegaConf.create(job.stdout).task.name == "nli"
+
+
+def test_two_sampler_seeds_draw_different_trials(monkeypatch, tmp_path):
+    """The sampler is re-seeded per trial from (seed, trial number): seed + number made seed 2's
+    trial k seed 1's trial k + 1 (two "independent" searches shared all but one configuration)."""
+    drawn = {}
+    for seed in (1, 2):
+        stub_train(monkeypatch, lr_score)
+        multirun(monkeypatch, ["hparams_search=nli", "model=tiny", "hydra.sweeper.n_trials=4",
+                               f"hydra.sweeper.sampler.seed={seed}", f"hydra.sweep.dir={tmp_path / str(seed)}"])
+        drawn[seed] = [tuple(sorted(t.params.items())) for t in study_trials(tmp_path / str(seed))]
+    assert not set(drawn[1]) & set(drawn[2])
