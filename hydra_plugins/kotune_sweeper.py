@@ -6,8 +6,8 @@ The study lives in a database (SQLite in the sweep directory by default, or
 pulls trials until the study has ``n_trials`` finished ones in total: re-running a command resumes,
 several commands (one per GPU, several machines, SLURM array tasks) share the work, and no lock is
 needed because the database numbers the trials: after ``ask()``, a trial that finds ``n_trials``
-live trials (finished or running) numbered below its own is surplus, is told failed and ends the
-worker. A running trial beats a heartbeat; one whose worker was killed is marked failed by the next
+finished trials numbered below its own is surplus, is told failed and ends the worker; while trials
+below it are running that would make ``n_trials``, it waits (one may fail or go stale). A running trial beats a heartbeat; one whose worker was killed is marked failed by the next
 worker (``fail_stale_trials``) and replaced. A failed job (kotune.cli's worst score, ±1e9) stays in
 the study, so the sampler learns to avoid it, but does not count as done.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 import warnings
 from typing import Any
 
@@ -113,12 +114,38 @@ class KotuneOptunaSweeper(Sweeper):
         while budget and self.run_one(study, space, fixed, cfg.hydra.sweeper.sampler):
             budget -= 1
 
-    def run_one(self, study, space: dict[str, Any], fixed: dict[str, str], sampler_cfg: DictConfig) -> bool:
-        """Ask, run and tell one trial; False when the study has its ``n_trials``."""
+    def still_needed(self, study, trial) -> bool:
+        """Does the study need ``trial``? Not when ``n_trials`` trials numbered below it are finished;
+        while some of those are still running, wait for them: one may fail, or belong to a killed
+        worker (marked failed once its heartbeat is stale), and then this trial replaces it. A
+        killed worker's trial is stale within the grace period: running trials still alive after
+        it (and a heartbeat or two more) are live ones, and this trial is surplus then too."""
         import optuna
         from optuna.trial import TrialState
 
-        from kotune import pruning
+        waited = False
+        deadline = time.monotonic() + self.grace_period + 2 * self.heartbeat_interval
+        while True:
+            below = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
+            running = sum(t.state == TrialState.RUNNING for t in below)
+            done = sum(counts_as_done(t) for t in below)
+            if done >= self.n_trials:
+                return False
+            if done + running < self.n_trials:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            if not waited:
+                log.info(f"trial {trial.number} waits: {running} running trial(s) may complete the study")
+                waited = True
+            time.sleep(min(self.heartbeat_interval, 5))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
+
+    def run_one(self, study, space: dict[str, Any], fixed: dict[str, str], sampler_cfg: DictConfig) -> bool:
+        """Ask, run and tell one trial; False when the study has its ``n_trials``."""
+        import optuna
 
         with warnings.catch_warnings():  # "experimental" since optuna 2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -129,6 +156,16 @@ class KotuneOptunaSweeper(Sweeper):
         with warnings.catch_warnings():  # optuna: "Heartbeat … supposed to be used with Study.optimize"; Heartbeat beats
             warnings.simplefilter("ignore")
             trial = study.ask()
+        # beating from the ask on: a worker killed at any point after it leaves a trial that goes stale
+        with Heartbeat(study, trial, self.heartbeat_interval):
+            return self.run_asked(study, trial, space, fixed, sampler_cfg)
+
+    def run_asked(self, study, trial, space: dict[str, Any], fixed: dict[str, str], sampler_cfg: DictConfig) -> bool:
+        """Sample, run and tell an asked trial (or tell it surplus: False)."""
+        from optuna.trial import TrialState
+
+        from kotune import pruning
+
         if sampler_cfg.get("seed") is not None and not sampler_cfg.get("_partial_"):
             # a seeded sampler starts its random draws over in every process: seeded by the trial's
             # number too, a resume or a second worker does not repeat earlier trials' parameters. Mixed,
@@ -136,13 +173,11 @@ class KotuneOptunaSweeper(Sweeper):
             study.sampler = instantiate(sampler_cfg, seed=trial_seed(int(sampler_cfg.seed), trial.number))
         for key, dist in space.items():
             trial._suggest(key, dist)  # optuna's own path for a distribution object (what suggest_* call)
-        live = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number
-                and (t.state == TrialState.RUNNING or counts_as_done(t))]
-        if len(live) >= self.n_trials:
-            # the others' running trials complete the study: this one is surplus (lower numbers win)
+        if not self.still_needed(study, trial):
+            # the trials numbered below this one completed the study: it is surplus (lower numbers win)
             trial.set_user_attr(SURPLUS_ATTR, True)
             study.tell(trial, state=TrialState.FAIL)
-            log.info(f"trial {trial.number}: the study has {self.n_trials} trials running or finished; this worker stops")
+            log.info(f"trial {trial.number}: the study has its {self.n_trials} finished trials; this worker stops")
             return False
         trial.set_user_attr("worker", os.environ.get(WORKER_ENV, "0/1"))  # which process, on which device
         trial.set_user_attr("device", os.environ.get("CUDA_VISIBLE_DEVICES") or "default")
@@ -151,7 +186,7 @@ class KotuneOptunaSweeper(Sweeper):
         overrides = tuple(f"{k}={v}" for k, v in {**trial.params, **job_fixed}.items())
         prune = pruning.reporting_to(trial) if self.pruner != "none" else contextlib.nullcontext()
         try:
-            with Heartbeat(study, trial, self.heartbeat_interval), prune as link:
+            with prune as link:
                 ret = self.launcher.launch([overrides], initial_job_idx=trial.number)[0]
         except BaseException:
             # Ctrl-C or a crash of the sweep itself: the trial is over, so the study must not wait for it
