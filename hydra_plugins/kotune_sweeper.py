@@ -7,8 +7,9 @@ pulls trials until the study has ``n_trials`` finished ones in total: re-running
 several commands (one per GPU, several machines, SLURM array tasks) share the work, and no lock is
 needed because the database numbers the trials: after ``ask()``, a trial that finds ``n_trials``
 finished trials numbered below its own is surplus, is told failed and ends the worker; while trials
-below it are running that would make ``n_trials``, it waits (one may fail or go stale). A running trial beats a heartbeat; one whose worker was killed is marked failed by the next
-worker (``fail_stale_trials``) and replaced. A failed job (kotune.cli's worst score, ±1e9) stays in
+below it are running that would make ``n_trials``, it waits (one may fail or go stale). A running
+trial beats a heartbeat; one whose worker was killed is marked failed by the next worker
+(``fail_stale_trials``) and replaced. A failed job (kotune.cli's worst score, ±1e9) stays in
 the study, so the sampler learns to avoid it, but does not count as done.
 
 Also: the search space is Hydra's override grammar (kotune/search_space.py), checked against the
@@ -177,7 +178,7 @@ class KotuneOptunaSweeper(Sweeper):
             # the trials numbered below this one completed the study: it is surplus (lower numbers win)
             trial.set_user_attr(SURPLUS_ATTR, True)
             study.tell(trial, state=TrialState.FAIL)
-            log.info(f"trial {trial.number}: the study has its {self.n_trials} finished trials; this worker stops")
+            log.info(f"trial {trial.number}: the other trials finish the study's {self.n_trials}; this worker stops")
             return False
         trial.set_user_attr("worker", os.environ.get(WORKER_ENV, "0/1"))  # which process, on which device
         trial.set_user_attr("device", os.environ.get("CUDA_VISIBLE_DEVICES") or "default")
