@@ -179,3 +179,22 @@ def test_lowercasing_a_cased_korean_vocab_warns(tmp_path):
 def test_text_cls_without_files_says_which_option(tmp_path):
     line = fail(["task=text_cls", "model=tiny"], tmp_path)
     assert "data.train_file" in line
+
+
+def test_a_data_mistake_is_answered_before_torch_and_the_trainer_load(tmp_path):
+    """A missing file is answered in about 2 s, not the ~10 s of importing torch and transformers'
+    Trainer first (an import at a module's top brings those seconds back: this test sees it)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    argv = ["run.py", "task=text_cls", "model=tiny", f"data.train_file={tmp_path / 'nope.json'}",
+            f"hydra.run.dir={tmp_path / 'run'}"]
+    code = ("import atexit, runpy, sys\n"
+            "atexit.register(lambda: print('loaded:', sorted({'torch', 'transformers.trainer'} & set(sys.modules))))\n"
+            f"sys.argv = {argv!r}\n"
+            "runpy.run_path('run.py', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "nope.json: file not found" in proc.stderr, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "loaded: []", proc.stdout[-2000:]

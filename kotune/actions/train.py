@@ -7,7 +7,7 @@ import os
 
 from omegaconf import DictConfig
 
-from kotune import early_stopping, pruning
+from kotune import early_stopping
 from kotune.build import build
 from kotune.runtime import local_rank_zero_first
 from tasks.log import log
@@ -18,6 +18,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         b = build(cfg, ("train", "validation"))
     # after build: a data or config mistake is answered before transformers' Trainer (and peft,
     # accelerate) load, seconds of every failing command
+    from kotune import pruning
     from kotune.predict import fit_decision, predict, run_report
     from kotune.resume import train_resumable
     from kotune.trainer import make_trainer
