@@ -4,6 +4,7 @@ optuna the trial was pruned, counts it as done, and never picks it as the best."
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,8 @@ def test_a_pruned_job_stops_at_that_evaluation_and_says_so(run_job, tmp_path):
     assert 0 < pruned["step"] < pruned["max_steps"]  # training stopped at the first evaluation's step
     assert list(trial.intermediate_values) == [1] and pruned["reported"] == [trial.intermediate_values[1]]
     assert not (tmp_path / "job" / "model").exists()  # a pruned trial saves no model
-    assert results["main_score"] is not None  # its best checkpoint so far still scores the validation split
+    # its best checkpoint so far still scores the validation split (a finite number, not None or NaN)
+    assert isinstance(results["main_score"], float) and math.isfinite(results["main_score"])
     assert json.loads((tmp_path / "job" / "results.json").read_text())["status"] == "pruned"
 
 
