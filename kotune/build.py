@@ -168,12 +168,15 @@ def check_checkpoint_mode(cfg: DictConfig, model, checkpoint: str, training: boo
             f"and its head, read as mode=lora")
 
 
-def use_saved_columns(task: Task, meta: dict) -> None:
+def use_saved_columns(task: Task, meta: dict, checkpoint: str) -> None:
     """The columns the checkpoint's task read in training (``data.<role>_column`` or a conventional
-    name it found) are this task's defaults when it is that task: a file like the training file
-    needs no column settings; a ``data.<role>_column`` still wins (``Task.use_columns``)."""
+    name it found), when it is this task: a file that has them is read with them, so a file like the
+    training file needs no column settings; a file in the preset's own format is read with the
+    preset's; a ``data.<role>_column`` still wins (``Task.columns_for_file``)."""
     if meta.get("columns") and meta.get("task") == task.name:
-        task.default_columns = dict(meta["columns"])
+        task.checkpoint_columns = {role: column for role, column in dict(meta["columns"]).items()
+                                   if role in task.default_columns}
+        task.checkpoint_name = f"checkpoint {checkpoint}"
 
 
 def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
@@ -235,12 +238,12 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
         if getattr(loaded.model, "runtime", None) != "onnxruntime":  # an export is a plain native model
             check_checkpoint_mode(cfg, loaded.model, cfg.checkpoint, "train" in need)
         task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_kind}, cfg.checkpoint)
-        use_saved_columns(task, loaded.model.meta)
+        use_saved_columns(task, loaded.model.meta, cfg.checkpoint)
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
         model = loaded.model
     else:
         if cfg.get("checkpoint"):  # action=probe: a new head on the checkpoint's encoder
-            use_saved_columns(task, read_spec(cfg.checkpoint).get("meta") or {})
+            use_saved_columns(task, read_spec(cfg.checkpoint).get("meta") or {}, cfg.checkpoint)
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
         if "train" in splits:  # the training data, with any slice held out to tune a decision on
             task.fit_labels([ex for s in ("train", "tune") if s in splits for ex in splits[s].examples])

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, ListConfig
 
 from tasks.errors import ConfigError, DataError
 from tasks.folds import assign_folds, fold_settings
-from tasks.io import ReadOptions, load_hub_split, sha256_of
+from tasks.io import ReadOptions, has_columns, load_hub_split, sha256_of
 from tasks.log import log
 
 SAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples")
@@ -113,6 +113,11 @@ class Task:
         self.reading = ReadOptions()  # load_splits sets data.format / data.quoting here
         self.default_columns: dict = dict(cfg.get("columns") or {})
         self.explicit_columns: set[str] = set()  # roles a data.<role>_column names (never looked up by name)
+        self.explicit_column_names: dict = {}  # those settings: role → column(s)
+        # the columns a checkpoint's task read in training (kotune/build.py use_saved_columns): they
+        # apply to a file that has them; a file in the preset's own format keeps the preset's
+        self.checkpoint_columns: dict | None = None
+        self.checkpoint_name: str = ""
 
     # ---- reading -------------------------------------------------------------------------
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
@@ -139,9 +144,33 @@ class Task:
                 raise ConfigError(f"data.{DATA_COLUMNS[role]}={value}: task {self.name} has no {role} "
                                   f"column ({reads})")
             columns[role] = value
-        self.explicit_columns = set(column_settings(data))
+        self.explicit_column_names = column_settings(data)
+        self.explicit_columns = set(self.explicit_column_names)
         if columns:
             self.cfg.columns = columns
+
+    def columns_for_file(self, path: str, present: list[str], roles: Iterable[str]) -> dict[str, str]:
+        """The column map to read ``path`` (whose columns are ``present``) with, set in
+        ``task.columns``; ``roles``: those the file must have. Without a checkpoint: the one
+        ``use_columns`` chose. With one: its training columns where the file has them (a file like
+        the training file needs no settings); else the preset's own where the file has those (KLUE's
+        JSON for task=sts after training on KorSTS's TSV), said in the log; else the checkpoint's,
+        whose missing column the returned origins name. A ``data.<role>_column`` wins in all three."""
+        if not self.checkpoint_columns:
+            return {}
+        roles = set(roles)
+        saved = {**self.default_columns, **self.checkpoint_columns, **self.explicit_column_names}
+        preset = {**self.default_columns, **self.explicit_column_names}
+        needed = lambda cols: {r: c for r, c in cols.items() if r in roles}  # noqa: E731
+        if not has_columns(present, needed(saved)) and has_columns(present, needed(preset)):
+            differ = [f"{r} {saved[r]!r}" for r in sorted(roles) if saved.get(r) != preset.get(r)]
+            log(f"{path}: read with task {self.name}'s own columns; the checkpoint's ({', '.join(differ)}, "
+                f"from its training file) are not in this file")
+            self.cfg.columns = preset
+            return {}
+        self.cfg.columns = saved
+        return {r: f"the {r} column {self.checkpoint_name or 'the checkpoint'} was trained with"
+                for r in roles if r not in self.explicit_column_names and saved.get(r) != preset.get(r)}
 
     def fit_labels(self, train: list[dict]) -> None:
         """Tasks whose label set comes from the training data set it here."""

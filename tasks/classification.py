@@ -43,13 +43,15 @@ class ClassificationTask(Task):
 
     # ---- reading -------------------------------------------------------------------------
     def read_file(self, path: str, labelled: bool = True) -> list[dict]:
-        cols = self.cfg.columns
         records = read_records(path, self.cfg.get("format") or self.reading.format, self.reading.quoting)
+        origins = self.columns_for_file(path, column_names(records),
+                                        ("text", "text_pair", "group") + (("label",) if labelled else ()))
+        cols = self.cfg.columns
         self._conventional_columns(path, records)
         needed = {"text": cols.text, "text_pair": cols.get("text_pair"), "group": cols.get("group")}
         if labelled:  # a predict file may come without labels
             needed.update(self.label_columns())
-        require_columns(path, records, needed, self.column_options)
+        require_columns(path, records, needed, self.column_options, origins)
         examples = []
         for where, row in records:
             # no id column: file name and row, as token tasks do (the same rows have the same ids

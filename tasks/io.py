@@ -158,10 +158,11 @@ def _read_delimited(path: str, fmt: str, quoting: str) -> list[Record]:
 
 
 def require_columns(path: str, records: list[Record], columns: dict[str, str],
-                    options: dict[str, str] | None = None) -> None:
+                    options: dict[str, str] | None = None, origins: dict[str, str] | None = None) -> None:
     """Every column the task's column map needs must be in the file: ``FILE has no column 'x'
     (columns: …; set OPTION=)``. ``columns`` maps a role (text, label) to its column name (a dotted
-    name is checked by its first part); ``options`` names the setting that chooses each role's column."""
+    name is checked by its first part); ``options`` names the setting that chooses each role's column;
+    ``origins`` says where a role's column name came from (a checkpoint's training file)."""
     names = column_names(records)
     if not records:
         return
@@ -172,7 +173,15 @@ def require_columns(path: str, records: list[Record], columns: dict[str, str],
         option = (options or {}).get(role, f"task.columns.{role}")
         quoted = (" — the header looks CSV-quoted: set data.quoting=csv"
                   if names and all(n.startswith('"') and n.endswith('"') for n in names) else "")
-        raise DataError(path, None, f"has no column '{column}' (columns: {listed}; set {option}=){quoted}")
+        origin = f"'{column}' is {origins[role]}: " if origins and role in origins else ""
+        raise DataError(path, None, f"has no column '{column}' (columns: {listed}; {origin}set {option}=){quoted}")
+
+
+def has_columns(present: list[str], columns: dict[str, Any]) -> bool:
+    """Whether a file with columns ``present`` has every column of ``columns`` (role → a name, a
+    list of names or None; a dotted name counts by its first part, as require_columns reads it)."""
+    names = [n for c in columns.values() if c is not None for n in ([c] if isinstance(c, str) else c)]
+    return all(str(n).split(".")[0] in present for n in names)
 
 
 def column_names(records: list[Record]) -> list[str]:
