@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from fractions import Fraction
 
 import pytest
 import torch
@@ -62,6 +63,69 @@ def test_threshold_search_finds_each_labels_best_cut():
         best = max(f1_at(j, p[j]) for p in probs)
         assert f1_at(j, chosen[j]) == pytest.approx(best, abs=1e-12) and best > 0.5
     assert chosen[2] == 0.5
+
+
+
+def cut_f1s(probs: list[float], golds: list[bool]) -> list[tuple[float, Fraction]]:
+    """The documented rule's candidates, highest first, each with its F1 as an exact fraction: the
+    midpoints between consecutive distinct probabilities and half of the lowest, each predicting
+    the examples at or above it."""
+    distinct = sorted(set(probs), reverse=True)
+    candidates = [(a + b) / 2 for a, b in zip(distinct, distinct[1:])] + [(distinct[-1] + 0.0) / 2]
+    return [(t, Fraction(2 * sum(1 for p, g in zip(probs, golds) if p >= t and g),
+                         sum(p >= t for p in probs) + sum(golds))) for t in candidates]
+
+
+def brute_force_threshold(probs: list[float], golds: list[bool]) -> float:
+    """The rule written out plainly: the best F1 wins, ties to the highest candidate; 0.5 without
+    a positive example."""
+    if not any(golds):
+        return 0.5
+    best, chosen = Fraction(-1), None
+    for t, f1 in cut_f1s(probs, golds):  # highest first: only a strictly better F1 replaces the one kept
+        if f1 > best:
+            best, chosen = f1, t
+    return chosen
+
+
+@pytest.mark.parametrize(("probs", "golds", "expected"), [
+    # cuts 0.85, 0.55, 0.25, 0.1: F1 2/3, 1/2, 4/5, 2/3 -> 0.25
+    ([0.9, 0.8, 0.3, 0.2], [True, False, True, False], 0.25),
+    # cuts 0.7, 0.5, 0.3, 0.1: F1 2/3, 1/2, 2/5, 2/3 -> a tie, the highest (0.7) wins
+    ([0.8, 0.6, 0.4, 0.2], [True, False, False, True], 0.7),
+    # a repeated probability is one cut: 0.55 (F1 1/2) or 0.2 (F1 4/5), never between the two 0.7s
+    ([0.7, 0.4, 0.7], [True, True, False], 0.2),
+    # every example positive: the best cut is below the lowest probability, at half of it
+    ([0.4, 0.2], [True, True], 0.1),
+], ids=["issue-example", "tie-to-highest", "repeated-probability", "below-the-lowest"])
+def test_threshold_search_by_hand(probs, golds, expected):
+    """Cases worked out by hand from the docstring's rule (F1 of each cut in the comments), the
+    exact threshold returned, not only its F1."""
+    from tasks.multi_label import best_thresholds
+
+    assert brute_force_threshold(probs, golds) == pytest.approx(expected, abs=1e-12)
+    assert best_thresholds([[p] for p in probs], [[g] for g in golds]) == pytest.approx([expected], abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_threshold_search_returns_the_rules_threshold_ties_included(seed):
+    """Probabilities on a coarse grid (repeats), each case with an F1 tie: the very threshold of the
+    rule written out plainly, which the F1 alone does not pin down."""
+    from tasks.multi_label import best_thresholds
+
+    def tied(column: int) -> bool:
+        pairs = cut_f1s([p[column] for p in probs], [g[column] for g in golds])
+        return any(g[column] for g in golds) and [f1 for _, f1 in pairs].count(max(f1 for _, f1 in pairs)) > 1
+
+    rng = random.Random(seed)
+    while True:  # drawn until some label's best F1 is reached by two cuts or more (rare by chance)
+        n = rng.randint(3, 12)
+        probs = [[round(rng.random(), 1) for _ in range(4)] for _ in range(n)]
+        golds = [[rng.random() < 0.2 + 0.15 * j for j in range(4)] for _ in range(n)]
+        if any(tied(j) for j in range(4)):
+            break
+    expected = [brute_force_threshold([p[j] for p in probs], [g[j] for g in golds]) for j in range(4)]
+    assert best_thresholds(probs, golds) == pytest.approx(expected, abs=1e-12)
 
 
 # ---- reading -----------------------------------------------------------------------------------
