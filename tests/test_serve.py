@@ -71,6 +71,30 @@ def test_onnx_logits_equal_kotunes_on_the_demo_dev_set_and_int8_agrees(demo):
     assert float(np.abs(ours - int8).max()) > 1e-4  # the int8 model is another model, not the fp32 one
 
 
+
+def test_the_int8_export_stores_every_matmul_weight_as_int8(demo):
+    """The int8 file is what heads/onnx.py's quantize_int8 asks for (signed int8 weights): every
+    MatMul or Gemm of the fp32 graph with a constant weight (the encoder's, the pooler's, the
+    classifier's) became a MatMulInteger whose weight and weight zero point are INT8 initializers.
+    UINT8 weights (QuantType.QUInt8) would also run and agree, so only the types tell them apart.
+    (The embeddings' Gather tables are quantized as activations are, UINT8 whatever the weight type.)"""
+    import onnx
+
+    def constant_matmuls(model) -> int:
+        weights = {t.name for t in model.graph.initializer}
+        return sum(1 for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights)
+
+    fp32 = onnx.load(str(demo["export"] / "model.onnx"))
+    int8 = onnx.load(str(demo["export"] / "model_int8.onnx"))
+    initializers = {t.name: t for t in int8.graph.initializer}
+    integer = [n for n in int8.graph.node if n.op_type == "MatMulInteger"]
+    assert constant_matmuls(fp32) >= 14 and len(integer) == constant_matmuls(fp32) and constant_matmuls(int8) == 0
+    for node in integer:  # inputs: A (the activation, quantized at run time), B (the weight), A's and B's zero points
+        weight, zero_point = initializers[node.input[1]], initializers[node.input[3]]
+        types = (onnx.TensorProto.DataType.Name(weight.data_type), onnx.TensorProto.DataType.Name(zero_point.data_type))
+        assert types == ("INT8", "INT8"), f"{node.name}: weight {weight.name} and its zero point are {types}"
+
+
 def test_eval_and_predict_from_the_export_equal_the_checkpoints(demo):
     root, export = demo["root"], demo["export"]
     train = json.loads((root / "train" / "results.json").read_text())
