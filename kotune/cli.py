@@ -15,6 +15,8 @@ from kotune.overrides import job_overrides, open_dict_overrides, unknown_key  # 
 from kotune.runtime import quiet_libraries, release_memory
 from kotune.sweeps import SWEPT_ENV, swept_keys
 from tasks.base import fingerprint
+from tasks.errors import KotuneError
+from tasks.io import mask_credentials_in_file
 from tasks.log import log
 
 
@@ -42,6 +44,7 @@ def main(cfg: DictConfig) -> float:
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
+    mask_hydra_files(hc)
     quiet_libraries()
     path = os.path.join(hc.runtime.output_dir, "results.json")
     results = finished_results(path, cfg) if hc.mode == RunMode.MULTIRUN else None
@@ -59,6 +62,19 @@ def main(cfg: DictConfig) -> float:
     if hc.mode == RunMode.MULTIRUN:  # let the sweep go on; a sweeper gets a finite worst score
         return worst_score(cfg)
     sys.exit(1)
+
+
+def mask_hydra_files(hc) -> None:
+    """Hydra saved the job's config and overrides (and a multirun's multirun.yaml) before the job
+    started, a storage URL's password with them: masked in place (tasks/redact.py)."""
+    from hydra.types import RunMode
+
+    folders = [os.path.join(hc.runtime.output_dir, hc.output_subdir)] if hc.output_subdir else []
+    for folder in folders:
+        for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+            mask_credentials_in_file(os.path.join(folder, name))
+    if hc.mode == RunMode.MULTIRUN:
+        mask_credentials_in_file(os.path.join(hc.sweep.dir, "multirun.yaml"))
 
 
 # ---- argv, before Hydra ----------------------------------------------------------------------
@@ -100,7 +116,11 @@ def run() -> None:
     check_choices(sys.argv[1:])
     os.environ.setdefault("KOTUNE_SWEEP_ID", sweep_id(sys.argv[1:]))
     os.environ[SWEPT_ENV] = ",".join(swept_keys(sys.argv[1:]))  # the job directories' names (kotune/sweeps.py)
-    argv = job_overrides(sys.argv[1:])
+    try:
+        argv = job_overrides(sys.argv[1:])  # checkpoint=: its kotune.json checked before Hydra reads any of it
+    except KotuneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     problem = unknown_key(argv)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from tasks.errors import ConfigError
 from tasks.io import hub_reachable
+from tasks.redact import mask_credentials
 
 PIPELINE_TAGS = {"sequence": "text-classification", "pair": "text-classification", "token": "token-classification",
                  "span": "question-answering"}
@@ -122,17 +123,18 @@ def card_text(export: dict, meta: dict, head: str, results: dict | None, command
 
 
 def write_model_card(export: dict, meta: dict, head: str, checkpoint: str, license_id: str,
-                     repo_id: str | None = None) -> str:
-    """README.md in the export directory; the model's name is the Hub repository's when pushed."""
+                     repo_id: str | None = None, folder: str | None = None) -> str:
+    """README.md in the export directory (``folder``: where it is being written, before it takes its
+    name); the model's name is the Hub repository's when pushed."""
     from kotune.job import versions
 
     results, run_dir = training_results(checkpoint)
     export = {**export, "versions": versions()}
     name = repo_id.split("/")[-1] if repo_id else f"kotune-{meta.get('model') or 'model'}-{meta.get('task') or head}"
     text = card_text(export, meta, head, results, training_command(run_dir), license_id, versions().get("kotune"), name)
-    path = os.path.join(export["export_dir"], "README.md")
+    path = os.path.join(folder or export["export_dir"], "README.md")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+        f.write(mask_credentials(text))  # the training command may name a storage URL; the card is pushed
     return path
 
 

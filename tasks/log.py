@@ -7,7 +7,30 @@ from __future__ import annotations
 import logging
 import sys
 
+from tasks.redact import mask_credentials
+
 logger = logging.getLogger("kotune")
+
+
+def _masking_record_factory(factory):
+    """Every log record of the process (kotune's, Hydra's launcher listing a job's overrides,
+    optuna's) with URL passwords masked before any handler formats it."""
+    def make(*args, **kwargs):
+        record = factory(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record: logging reports it itself, later
+            return record
+        if "://" in message:
+            record.msg, record.args = mask_credentials(message), ()
+        return record
+
+    make.kotune_masking = True
+    return make
+
+
+if not getattr(logging.getLogRecordFactory(), "kotune_masking", False):
+    logging.setLogRecordFactory(_masking_record_factory(logging.getLogRecordFactory()))
 
 
 class _Stdout(logging.StreamHandler):

@@ -1,0 +1,49 @@
+"""Credentials out of everything kotune writes or logs: one function masks the password of every
+URL in a text (``hparams_search.storage=postgresql+psycopg://user:pw@host/db``), whatever form it
+takes. SQLAlchemy's ``make_url(url).render_as_string(hide_password=True)`` covers the plain
+``user:pw@host`` form only: it leaves ``?password=…`` in clear and splits a password holding a raw
+``@`` at its first one (``u:p@ss@host`` → ``u:***@ss@host``), so the authority is split here at its
+last ``@``, as a browser does."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "***"
+# scheme://rest, rest up to white space, a quote or a bracket a URL cannot end with in a config dump
+_URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s'\"<>\]\[{}]+)")
+# query parameters that carry a secret (libpq's password, drivers' token/key spellings)
+_SECRET_PARAM = re.compile(r"([?&;](?:password|passwd|pwd|secret|token|access_token|api_key|apikey)=)([^&;#]*)",
+                           re.IGNORECASE)
+
+
+def _mask_url(match: re.Match) -> str:
+    scheme, rest = match.group(1), match.group(2)
+    # the userinfo ends at the last '@' before any query or fragment: a password may hold '@' or '/'
+    query = min([i for i in (rest.find("?"), rest.find("#")) if i >= 0], default=len(rest))
+    at = rest.rfind("@", 0, query)
+    if at >= 0 and ":" in rest[:at]:
+        user = rest[:at].split(":", 1)[0]
+        if "/" not in user:  # 'host:443/a@b' is a path holding '@', not a user
+            rest = f"{user}:{MASK}{rest[at:]}"
+    return scheme + _SECRET_PARAM.sub(lambda m: m.group(1) + MASK, rest)
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``: ``user:pw@``,
+    ``:pw@``, a password holding ``@``, and ``?password=`` / ``&token=``-style parameters."""
+    if "://" not in text:
+        return text
+    return _URL.sub(_mask_url, text)
+
+
+def mask_tree(value: Any) -> Any:
+    """A JSON-like value (dicts, lists, strings) with every string passed through
+    :func:`mask_credentials`; keys too (a dict keyed by an override)."""
+    if isinstance(value, str):
+        return mask_credentials(value)
+    if isinstance(value, dict):
+        return {mask_tree(k) if isinstance(k, str) else k: mask_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask_tree(v) for v in value]
+    return value
