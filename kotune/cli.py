@@ -23,6 +23,14 @@ from tasks.log import log
 def summary(results: dict) -> str:
     rows = [("task", results["task"]), ("model", results["model"]), ("mode", results["mode"]),
             ("action", results["action"]), ("status", results["status"])]
+    if results.get("head"):
+        rows.insert(3, ("head", results["head"]))
+    stopped = results.get("early_stopping") or {}
+    if stopped.get("stopped_early"):
+        rows.append(("early stopping", f"step {stopped['stopped_step']:,} of {stopped['max_steps']:,} "
+                                       f"(patience {stopped['patience']})"))
+    if results.get("best_step") is not None:
+        rows.append(("best_step", f"{results['best_step']:,}"))
     for k, v in (results.get("metrics") or {}).items():
         mark = " *" if k == results.get("main_metric") else ""
         rows.append((k + mark, f"{v:.2f}" if isinstance(v, float) else str(v)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from tasks.errors import ConfigError
+from tasks.log import log
 
 
 def patience(cfg: DictConfig) -> int | None:
@@ -68,6 +69,10 @@ def report(trainer, cfg: DictConfig) -> dict | None:
         return None
     state = trainer.state
     metric = f"eval_{trainer.args.metric_for_best_model}"
+    stopped_early = state.global_step < state.max_steps
+    if stopped_early:
+        log(f"early stopping: {metric[5:]} did not improve by more than {threshold(cfg)} for {n} evaluations in "
+            f"a row: stopped at step {state.global_step} of {state.max_steps} (best step {state.best_global_step})")
     return {"patience": n, "threshold": threshold(cfg), "stopped_step": state.global_step,
-            "max_steps": state.max_steps, "stopped_early": state.global_step < state.max_steps,
+            "max_steps": state.max_steps, "stopped_early": stopped_early,
             "evaluations": sum(1 for h in state.log_history if metric in h)}

@@ -22,7 +22,7 @@ from tasks.errors import ConfigError
 from tasks.io import write_jsonl_atomic
 from tasks.log import log
 
-REPORT_KEYS = ("n_train", "n_eval", "n_predict", "n_tune", "trainable_params", "total_params", "head_params",
+REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "trainable_params", "total_params", "head_params",
                "mix_params",
                "max_length", "layers", "indices", "scalar_mix", "pooling", "cache", "encode_s",
                "head_train_s", "train_samples_per_second", "train_loss", "eval_samples_per_second",
@@ -131,6 +131,7 @@ def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: lis
     report = dict.fromkeys(REPORT_KEYS)
     report.update(
         {f"n_{'eval' if s == 'validation' else s}": len(d.examples) for s, d in b.splits.items()},
+        head=getattr(b.model, "head_kind", None) or b.task.head,  # token_crf: the CRF named in the closing table
         **b.model.report(), max_length=b.max_length, cache=b.cache_report or {"status": "off"},
         encode_s=b.cache_report.get("encode_s"), **speed, checkpoint=cfg.get("checkpoint"),
         class_weights=b.class_weights, decision=b.task.decision(),

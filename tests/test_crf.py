@@ -108,3 +108,14 @@ def test_a_crf_on_a_task_without_tags_is_refused_in_one_line(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-1500:]
     assert "task.crf=true: task text_cls has no such option" in errors[0] and "task=ner" in errors[0]
+
+
+def test_the_closing_table_names_the_crf_head(tmp_path, cache_dir):
+    from conftest import run_cli_here
+
+    out = run_cli_here(["task=ner", "model=tiny", "data=sample", "task.crf=true", "train.max_steps=1",
+                        "save_model=false", "save_predictions=false", f"cache_dir={cache_dir}",
+                        f"hydra.run.dir={tmp_path / 'cli'}"])
+    assert out.returncode == 0, out.stderr[-2000:]
+    heads = [line.split()[-1] for line in out.stdout.splitlines() if line.strip().startswith("head ")]
+    assert heads == ["token_crf"]

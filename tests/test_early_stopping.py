@@ -42,3 +42,17 @@ def test_early_stopping_without_what_it_needs_is_refused_in_one_line(run_job, ex
     res = run_job(["task=text_cls", "model=tiny", "data=sample", "train.max_steps=2",
                    "train.early_stopping_patience=2", *extra])
     assert res["status"] == "failed" and "\n" not in res["error"] and message in res["error"]
+
+
+def test_the_stop_is_said_in_the_log_and_the_closing_table(tmp_path, cache_dir):
+    from conftest import run_cli_here
+
+    out = run_cli_here([*STOPPING, f"cache_dir={cache_dir}", f"hydra.run.dir={tmp_path / 'cli'}"])
+    assert out.returncode == 0, out.stderr[-2000:]
+    said = [line for line in out.stdout.splitlines() if line.startswith("[kotune] early stopping:")]
+    assert said == ["[kotune] early stopping: macro_f1 did not improve by more than 0.0 for 2 evaluations in a "
+                    "row: stopped at step 3 of 100 (best step 1)"]
+    table = {line.split("  ")[1].strip(): line.rsplit("  ", 1)[1].strip()
+             for line in out.stdout.splitlines() if line.startswith("  ") and "  " in line.strip()}
+    assert table.get("early stopping") == "step 3 of 100 (patience 2)"
+    assert table.get("best_step") == "1"
