@@ -1,6 +1,6 @@
 """Documents longer than the encoder (``task.long_text=windows``): windows that overlap by
 ``task.window_stride``, a pair windowing its second text, the document's logits pooled over its
-windows by the model (in training too), memory bounded by ``task.max_windows_per_batch``, and the
+windows by the model as ``task.window_pool`` says (in training too), memory bounded by ``task.max_windows_per_batch``, and the
 exported model's recipe in docs/long-documents.md giving kotune's predictions.
 
 The end-to-end test reads synthetic documents whose only label-bearing words sit past
@@ -122,6 +122,42 @@ def test_pooling_takes_the_mean_or_max_of_each_documents_windows():
     assert pool_windows(logits, doc, "max").tolist() == [[3.0, 4.0], [5.0, 5.0]]
     pool_windows(logits, doc, "mean").sum().backward()
     assert logits.grad.tolist() == [[0.5, 0.5], [0.5, 0.5], [1.0, 1.0]]
+
+
+def test_the_built_model_pools_its_windows_as_task_window_pool_says(tmp_path, cache_dir):
+    """Through the model kotune builds from the config: each document's logits are the mean or the
+    max (``task.window_pool``) of its windows' logits, each window run through the model alone and
+    pooled by hand here. The two pools differ on these documents, so a model that ignored the option
+    (always the mean) fails one of them — the pooling function's own test cannot see that."""
+    import torch
+
+    from kotune.build import build, make_collator
+
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    train.write_text(documents(16, 1), encoding="utf-8")
+    dev.write_text(documents(6, 2), encoding="utf-8")
+    logits: dict[str, torch.Tensor] = {}
+    for pool in ("mean", "max"):
+        cfg = compose(["task=text_cls", "model=tiny", f"data.train_file={train}", f"data.validation_file={dev}",
+                       f"train.max_length={MAX_LENGTH}", "task.long_text=windows", "task.window_stride=4",
+                       f"task.window_pool={pool}", f"cache_dir={cache_dir}"])
+        b = build(cfg, ("train", "validation"))  # the same seed: the same weights for both pools
+        model, rows = b.model.eval(), list(b.inputs["validation"])
+        with torch.no_grad():  # a random encoder reads all windows alike: the head's output layer spreads them
+            [m for m in model.head.modules() if isinstance(m, torch.nn.Linear)][-1].weight.mul_(10.0)
+        batch = make_collator(b.tokenizer, cfg)(rows)
+        assert batch["window_doc"].tolist() != list(range(len(rows)))  # documents of several windows
+        with torch.no_grad():
+            logits[pool] = model(**batch)["logits"]
+            by_hand = []
+            for row in rows:  # each window alone, no window_doc: the plain sequence path
+                windows = torch.cat([model(**{k: torch.tensor([row[k][w]]) for k in row if k != "labels"})["logits"]
+                                     for w in range(len(row["input_ids"]))])
+                by_hand.append(windows.mean(0) if pool == "mean" else windows.max(0).values)
+        assert logits[pool].shape == (len(rows), 2)
+        assert torch.allclose(logits[pool], torch.stack(by_hand), atol=1e-5, rtol=0), \
+            f"task.window_pool={pool}: the model's document logits are not the {pool} of its windows'"
+    assert float((logits["mean"] - logits["max"]).abs().min()) > 1e-4  # every document, every label: 10x the tolerance
 
 
 def test_the_encoder_never_reads_more_windows_than_the_cap_and_gradients_stay_exact():
