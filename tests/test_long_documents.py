@@ -1,7 +1,8 @@
 """Documents longer than the encoder (``task.long_text=windows``): windows that overlap by
 ``task.window_stride``, a pair windowing its second text, the document's logits pooled over its
-windows by the model as ``task.window_pool`` says (in training too), memory bounded by ``task.max_windows_per_batch``, and the
-exported model's recipe in docs/long-documents.md giving kotune's predictions.
+windows by the model as ``task.window_pool`` says (in training too), memory bounded by
+``task.max_windows_per_batch``, and the exported model's recipe in docs/long-documents.md giving
+kotune's predictions.
 
 The end-to-end test reads synthetic documents whose only label-bearing words sit past
 ``max_length``: truncation sees none of them (chance), windows see all of them."""
