@@ -140,3 +140,90 @@ def test_the_generator_script_tells_a_stale_page(tmp_path, monkeypatch):
     monkeypatch.setattr(g, "PAGE", stale)
     monkeypatch.setattr(g, "ROOT", tmp_path)
     assert g.main(["--check"]) == 1
+
+
+# ---- the lists of actions, modes, task and model presets, against their registries ---------------
+def code_names(text: str) -> list[str]:
+    """The first word of every `code` span."""
+    return [span.split()[0] for span in re.findall(r"`([^`]+)`", text) if span.split()]
+
+
+def bullet(page: str, start: str | tuple[str, ...]) -> str:
+    """The bullet of ``page`` whose line starts with ``start``, with its indented continuation."""
+    lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith(start)), None)
+    assert first is not None, f"{page}: no line starts with {start!r}"
+    end = next((i for i in range(first + 1, len(lines)) if not lines[i].startswith("  ")), len(lines))
+    return "\n".join(lines[first:end])
+
+
+def table_keys(page: str, header: str) -> set[str]:
+    """The `code` names in the first cell of each row of the table whose header starts ``header``."""
+    lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith(header)), None)
+    assert first is not None, f"{page}: no table headed {header!r}"
+    keys: set[str] = set()
+    for line in lines[first + 2:]:  # past the header and its --- row
+        if not line.startswith("|"):
+            break
+        keys |= set(code_names(line.strip("|").split(" | ")[0]))
+    return keys
+
+
+def registries() -> dict[str, set[str]]:
+    from kotune.actions import ACTIONS
+
+    return {"actions": set(ACTIONS), **{kind: {p.stem for p in (ROOT / "conf" / kind).glob("*.yaml")}
+                                        for kind in ("mode", "task", "model")}}
+
+
+def listed_in_docs() -> list[tuple[str, str, set[str]]]:
+    """(where, registry, the names listed there): every list of them the README and the site show."""
+    layout = bullet("docs/development/layout.md", "  actions/<name>.py").splitlines()[0]  # in a code block
+    return [
+        ("docs/index.md: the Actions bullet", "actions", set(code_names(bullet("docs/index.md", "- [Actions]")))),
+        ("docs/index.md: the Modes bullet", "mode", set(code_names(bullet("docs/index.md", ("- Modes", "- [Modes]"))))),
+        ("docs/development/layout.md: actions/<name>.py", "actions", set(layout.split("per action:")[1].split())),
+        ("README.md: Documentation, Actions", "actions",
+         set(re.findall(r"\[([^\]]+)\]\(", bullet("README.md", "- Actions:")))),
+        ("README.md: the mode= table", "mode", table_keys("README.md", "| `mode=`")),
+        ("README.md: the task table", "task", table_keys("README.md", "| task |")),
+        ("docs/tasks/index.md: the task table", "task", table_keys("docs/tasks/index.md", "| task |")),
+        ("README.md: the model table", "model", table_keys("README.md", "| preset |")),
+        ("docs/models/index.md: the model table", "model", table_keys("docs/models/index.md", "| preset |")),
+    ]
+
+
+def mismatches(known: dict[str, set[str]]) -> dict[str, dict[str, list[str]]]:
+    """Per list that differs from its registry: the names it lacks and the names it has beyond."""
+    return {where: {"missing": sorted(known[kind] - names), "unknown": sorted(names - known[kind])}
+            for where, kind, names in listed_in_docs() if names != known[kind]}
+
+
+def test_the_docs_list_every_action_mode_and_preset_and_nothing_else():
+    """The README's and the site's lists of actions (kotune.actions.ACTIONS), modes
+    (conf/mode/), task presets (conf/task/) and model presets (conf/model/) name exactly what the
+    registries hold: a new action, mode or preset fails here until the lists mention it."""
+    wrong = mismatches(registries())
+    assert not wrong, f"lists in the docs that differ from the registries: {wrong}"
+
+
+def test_the_actions_page_introduces_every_action():
+    """docs/actions/index.md (the Actions section's first page): each action opens a bullet or
+    a clause of one, in a `code` span."""
+    from kotune.actions import ACTIONS
+
+    page = (ROOT / "docs" / "actions" / "index.md").read_text(encoding="utf-8")
+    opened = {m.split()[0] for m in re.findall(r"(?:^- \[?|;\s+)`([^`]+)`", page, re.M)}
+    assert set(ACTIONS) <= opened, sorted(set(ACTIONS) - opened)
+
+
+def test_the_docs_list_check_sees_a_new_name():
+    """The check reads every list: an action, a mode, a task and a model preset the registries
+    gain are reported missing from each list of their kind, and nowhere else."""
+    known = registries()
+    new = {"actions": "distill", "mode": "adapter", "task": "summarize", "model": "kobert"}
+    wrong = mismatches({kind: names | {new[kind]} for kind, names in known.items()})
+    assert {where: lists["missing"] for where, lists in wrong.items()} == \
+        {where: [new[kind]] for where, kind, _ in listed_in_docs()}
+    assert all(not lists["unknown"] for lists in wrong.values())
