@@ -1,7 +1,8 @@
 """The documentation as CI checks it: the site builds with ``mkdocs build --strict`` (no broken
 link, anchor or page left out of nav), the configuration reference is what
-scripts/config_reference.py generates from conf/ today and explains every key, and the README
-stays short with links that resolve."""
+scripts/config_reference.py generates from conf/ today and explains every key, the README
+stays short with links that resolve, and every list of actions, modes, task or model presets the
+README and the site show names what the registries hold."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import yaml
 from conftest import ROOT
 
 README_MAX_LINES = 200
@@ -180,7 +182,13 @@ def registries() -> dict[str, set[str]]:
 def listed_in_docs() -> list[tuple[str, str, set[str]]]:
     """(where, registry, the names listed there): every list of them the README and the site show."""
     layout = bullet("docs/development/layout.md", "  actions/<name>.py").splitlines()[0]  # in a code block
+    config = bullet("conf/config.yaml", "action:").splitlines()[0]  # the comment docs/reference/config.md shows
+    nav = next(section["Actions"] for section in yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+               if isinstance(section, dict) and "Actions" in section)
     return [
+        ("mkdocs.yml: the Actions section of nav", "actions",
+         {title.split(":")[0] for entry in nav if isinstance(entry, dict) for title in entry}),
+        ("conf/config.yaml: action's comment", "actions", {a.strip() for a in config.split("#", 1)[1].split("|")}),
         ("docs/index.md: the Actions bullet", "actions", set(code_names(bullet("docs/index.md", "- [Actions]")))),
         ("docs/index.md: the Modes bullet", "mode", set(code_names(bullet("docs/index.md", ("- Modes", "- [Modes]"))))),
         ("docs/development/layout.md: actions/<name>.py", "actions", set(layout.split("per action:")[1].split())),
