@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from kotune.config import CONF_DIR, GROUPS
 from kotune.job import execute, finished_results
-from kotune.overrides import job_overrides, open_dict_overrides, unknown_key  # noqa: F401 (bench/ imports it here)
+from kotune.overrides import bad_override, job_overrides, open_dict_overrides  # noqa: F401 (bench/ imports it here)
 from kotune.runtime import quiet_libraries, release_memory
 from kotune.sweeps import SWEPT_ENV, swept_keys
 from tasks.base import fingerprint
@@ -129,7 +129,7 @@ def run() -> None:
     except KotuneError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    problem = unknown_key(argv)
+    problem = bad_override(argv)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -103,10 +103,11 @@ def presets_with(group: str, key: str) -> list[str]:
     return [n for n in names if OmegaConf.select(OmegaConf.load(os.path.join(folder, f"{n}.yaml")), key) is not None]
 
 
-def unknown_key(argv: list[str]) -> str | None:
+def bad_override(argv: list[str]) -> str | None:
     """The first override (``a.b=v``, no ``+``) whose key the composed config lacks, as one line
-    naming the closest key (or the presets that have it); None when all exist. The config is
-    composed from the group choices and additions alone; a sweep over a group skips the check
+    naming the closest key (or the presets that have it), or whose value cannot be the key's type
+    (``train.max_steps=abc``); None when all are fine. Answered before any data is read. The config
+    is composed from the group choices and additions alone; a sweep over a group skips the check
     (Hydra's own message then stands)."""
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -128,6 +129,13 @@ def unknown_key(argv: list[str]) -> str | None:
         return None
     finally:
         GlobalHydra.instance().clear()
+    return unknown_key(cfg, checked, groups) or mistyped_value(cfg, checked)
+
+
+def unknown_key(cfg, checked: list[str], groups: set[str]) -> str | None:
+    """The first of ``checked`` whose key ``cfg`` lacks, as one line naming the closest key."""
+    from omegaconf import OmegaConf
+
     known = set(flat_keys(OmegaConf.to_container(cfg, resolve=False)))
     for arg in checked:
         key = override_key(arg)
@@ -141,4 +149,38 @@ def unknown_key(argv: list[str]) -> str | None:
                     f"{'has' if len(elsewhere) == 1 else 'have'} it: choose one with {group}=)")
         close = difflib.get_close_matches(key, sorted(known), n=1)
         return f"{key} is not a config key" + (f" (did you mean {close[0]}?)" if close else "")
+    return None
+
+
+# an int default takes a float too (train.epochs=1.5: Trainer reads fractional epochs)
+TYPE_WORDS = {bool: "true or false", int: "a number", float: "a number"}
+
+
+def mistyped_value(cfg, checked: list[str]) -> str | None:
+    """The first of ``checked`` whose value cannot be what the key's default is (a number,
+    true/false), as one line naming the key; null is always allowed, and values with
+    interpolations, sweeps or lists are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    parser = OverridesParser.create()
+    for arg in checked:
+        key, _, text = arg.partition("=")
+        try:
+            default = OmegaConf.select(cfg, override_key(key), throw_on_missing=False)
+        except Exception:  # noqa: BLE001 - a default that does not resolve here: nothing to compare with
+            continue
+        wanted = type(default) if type(default) in TYPE_WORDS else None
+        if wanted is None or "${" in text:
+            continue
+        try:
+            value = parser.parse_override(arg).value()
+        except Exception:  # noqa: BLE001 - Hydra's own message names a malformed override
+            continue
+        fits = (value is None or isinstance(value, (list, dict)) or not isinstance(value, (str, int, float, bool))
+                or (isinstance(value, bool) if wanted is bool else
+                    isinstance(value, (int, float)) and not isinstance(value, bool)))
+        if not fits:
+            shown = str(default).lower() if isinstance(default, bool) else default
+            return f"{override_key(key)}={text}: {TYPE_WORDS[wanted]} expected (default {shown})"
     return None

@@ -198,3 +198,22 @@ def test_a_data_mistake_is_answered_before_torch_and_the_trainer_load(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "nope.json: file not found" in proc.stderr, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "loaded: []", proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("override,line", [
+    ("train.max_steps=abc", "train.max_steps=abc: a number expected (default -1)"),
+    ("train.learning_rate=fast", "train.learning_rate=fast: a number expected"),
+    ("train.select_best=yes", "train.select_best=yes: true or false expected (default false)"),
+])
+def test_a_value_of_the_wrong_type_is_one_line_before_any_data_is_read(override, line, tmp_path):
+    # the data file does not exist: the type is answered first, as no file is read before it
+    said = fail(["task=text_cls", "model=tiny", f"data.train_file={tmp_path / 'nope.csv'}",
+                 "data.validation_split=0.2", override], tmp_path, code=2)
+    assert said.startswith(f"error: {line}")
+
+
+def test_values_of_the_right_type_pass_the_check():
+    from kotune.overrides import bad_override
+
+    assert bad_override(["train.epochs=1.5", "train.learning_rate=1e-3", "train.seed=null", "train.max_steps=10",
+                         "train.select_best=true", "train.max_length=${train.batch_size}"]) is None

@@ -177,9 +177,9 @@ def test_a_header_without_rows_says_no_rows(tmp_path):
     (["task=text_cls", "data.text_column=sentence", "+data.extra=1", "model.config_overrides.hidden_size=64"], None),
 ])
 def test_a_key_the_config_lacks_is_one_line_naming_the_closest(argv, line):
-    from kotune.overrides import job_overrides, unknown_key
+    from kotune.overrides import bad_override, job_overrides
 
-    assert unknown_key(job_overrides(argv)) == line
+    assert bad_override(job_overrides(argv)) == line
 
 
 # ---- tagger output -------------------------------------------------------------------------------
