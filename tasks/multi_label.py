@@ -29,7 +29,7 @@ from tasks.classification import ClassificationTask
 from tasks.errors import ConfigError, DataError
 from tasks.io import field
 from tasks.metric_sets import multi_label_scores
-from tasks.log import log
+from tasks.log import log, warn
 from tasks.score import probability_row
 
 TUNE = "tune"
@@ -146,11 +146,25 @@ class MultiLabelTask(ClassificationTask):
             raise DataError(path, where, f"unknown label '{unknown[0]}' (labels: {', '.join(self.labels)})")
 
     def fit_labels(self, train: list[dict]) -> None:
+        self.warn_single_label(train)
         if self.labels is None:
             self.labels = sorted({name for ex in train for name in ex.get("label", [])})
             if not self.labels:
                 raise ConfigError(f"task {self.name}: every training example has an empty label set: "
                                   "there is no label to learn")
+
+    def warn_single_label(self, train: list[dict]) -> None:
+        """A single-label file read as multi-label trains without an error: every row then holds
+        exactly one label, a placeholder such as ``none`` becomes a label of its own, and a sigmoid
+        per class learns what a softmax over them would. Say so, and what to use instead."""
+        sets = [ex["label"] for ex in train if "label" in ex]
+        if len(sets) < 2 or any(len(labels) != 1 for labels in sets):
+            return
+        names = sorted({labels[0] for labels in sets})
+        shown = ", ".join(names[:8]) + (f", … ({len(names)} in all)" if len(names) > 8 else "")
+        warn(f"task={self.name}: every one of the {len(sets)} training examples holds exactly one label ({shown}): "
+             "a single-label file? task=text_cls trains one softmax over these classes; if a value means 'no "
+             "label' (none), name it in task.no_label=[none]")
 
     def check_labels(self, examples: list[dict], path: str) -> None:
         """Labels learned from the training split: another split's labels must be among them."""

@@ -246,6 +246,23 @@ def test_tuned_thresholds_come_from_training_data_only_and_the_checkpoint_keeps_
     assert set(at["decision"]["thresholds"].values()) == {0.45}
 
 
+def test_a_single_label_file_read_as_multi_label_is_warned_about(run_job, tmp_path, capsys):
+    """Every row holding exactly one label (a text_cls file, 'none' among its labels) trains without
+    an error: the warning says so and names task=text_cls."""
+    train = tmp_path / "single.tsv"
+    rows = [(f"문장 {i}", ("hate", "offensive", "none")[i % 3]) for i in range(30)]
+    train.write_text("text\tlabels\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
+    args = ["task=multi_label", "model=tiny", f"data.train_file={train}", f"data.validation_file={train}",
+            "train.max_steps=1", "save_model=false"]
+    capsys.readouterr()
+    assert run_job(args, "single")["status"] == "ok"
+    out = capsys.readouterr().out
+    assert "every one of the 30 training examples holds exactly one label (hate, none, offensive)" in out
+    assert "task=text_cls" in out and "task.no_label=[none]" in out
+    run_job([*args, "task.no_label=[none]"], "with_none")  # an empty set among them: a multi-label file
+    assert "exactly one label" not in capsys.readouterr().out
+
+
 def test_a_threshold_list_of_the_wrong_length_names_the_label_count(run_job):
     res = run_job(["task=multi_label", *TINY, "train.max_steps=1", "task.threshold=[0.5,0.4]"])
     assert res["status"] == "failed" and "\n" not in res["error"]
