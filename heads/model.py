@@ -26,6 +26,7 @@ from heads import HEADS
 from heads.layers import LayerMixer, check_pooling, parse_layers
 from heads.loss import mean_of_terms
 from heads.native import default_dropout, head_style, takes_pooler
+from tasks.atomic_dir import MANIFEST, settle, verify_manifest, written_whole
 from tasks.errors import ConfigError, KotuneError
 
 
@@ -225,28 +226,34 @@ class KotuneModel(nn.Module):
 
     # ---- persistence ---------------------------------------------------------------------
     def save(self, directory: str, tokenizer=None) -> None:
-        os.makedirs(directory, exist_ok=True)
-        if self.lora:
-            from heads.lora import save_adapter
+        """Write the model to ``directory`` whole or not at all (tasks/atomic_dir.py): every file goes
+        to a temporary sibling, ``kotune_manifest.json`` (sizes and sha256) is written last, and the
+        finished directory replaces ``directory`` in one step, so a save killed midway leaves the
+        previous model as it was."""
+        with written_whole(directory, "kotune-model") as staging:
+            if self.lora:
+                from heads.lora import save_adapter
 
-            save_adapter(self.encoder, directory)
-        else:
-            self.encoder.save_pretrained(os.path.join(directory, "encoder"))
-        save_file({k: v.contiguous() for k, v in self.head.state_dict().items()},
-                  os.path.join(directory, "head.safetensors"))
-        if self.mixer.scalar_mix is not None:
-            save_file({k: v.contiguous() for k, v in self.mixer.state_dict().items()},
-                      os.path.join(directory, "layers.safetensors"))
-        spec = {"head": self.head_kind, "head_kwargs": self.head_kwargs, "frozen": self.frozen, "mode": self.mode,
-                "lora": self.lora, "meta": self.meta, "format": FORMAT, **self.mixer.report()}
-        with open(os.path.join(directory, "kotune.json"), "w", encoding="utf-8") as f:
-            json.dump(spec, f, ensure_ascii=False, indent=2)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(directory)
+                save_adapter(self.encoder, staging)
+            else:
+                self.encoder.save_pretrained(os.path.join(staging, "encoder"))
+            save_file({k: v.contiguous() for k, v in self.head.state_dict().items()},
+                      os.path.join(staging, "head.safetensors"))
+            if self.mixer.scalar_mix is not None:
+                save_file({k: v.contiguous() for k, v in self.mixer.state_dict().items()},
+                          os.path.join(staging, "layers.safetensors"))
+            spec = {"head": self.head_kind, "head_kwargs": self.head_kwargs, "frozen": self.frozen,
+                    "mode": self.mode, "lora": self.lora, "meta": self.meta, "format": FORMAT,
+                    "manifest": MANIFEST, **self.mixer.report()}
+            with open(os.path.join(staging, "kotune.json"), "w", encoding="utf-8") as f:
+                json.dump(spec, f, ensure_ascii=False, indent=2)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
 
     @staticmethod
     def spec(directory: str) -> dict:
         """The saved kotune.json: head kind, head arguments, meta (task, labels, options), layers."""
+        settle(directory)  # a save killed while swapping its directory in: put the whole one back
         spec_path = os.path.join(directory, "kotune.json")
         if not os.path.exists(spec_path):
             raise KotuneError(f"{directory}: no saved kotune model (kotune.json missing); "
@@ -261,6 +268,8 @@ class KotuneModel(nn.Module):
         from heads.encoder import no_pooler
 
         spec = cls.spec(directory)
+        # saved with a manifest (kotune.json says so): every file as it was written; older saves have none
+        verify_manifest(directory, bool(spec.get("manifest")), "retrain, or save the model again")
         if spec.get("lora"):
             from heads.lora import load_adapter
 

@@ -197,7 +197,8 @@ def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
         if option not in saved or saved[option] == task.cfg.get(option):
             continue
         if policy == "auto":  # what "auto" found in the training data stands in for a requested auto
-            if task.cfg.get(option) in (None, "auto"):
+            # (or for a value the task resolves in training: multi-label threshold=tune, its tuned thresholds)
+            if task.cfg.get(option) in (None, "auto", *getattr(task, "checkpoint_resolves", {}).get(option, ())):
                 changes[option] = saved[option]
             continue
         if policy == "error":

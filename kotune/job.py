@@ -1,7 +1,10 @@
 """One job: run ``cfg.action`` and always leave ``results.json`` behind (atomic; ok or failed, with
-the resolved config, versions and the config hash), and recognise a job that already finished."""
+the resolved config, versions and the config hash; an earlier run's is removed when the job starts,
+so a rerun in the same directory never shows it beside new outputs), and recognise a job that
+already finished."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -13,9 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from kotune.actions import ACTIONS
 from kotune.runtime import is_rank_zero, world_size
+from tasks.atomic_dir import clear_leftovers
 from tasks.base import fingerprint
 from tasks.errors import ConfigError, KotuneError
 from tasks.io import write_json_atomic
+from tasks.log import log
 
 
 def versions() -> dict[str, str]:
@@ -46,6 +51,8 @@ def execute(cfg: DictConfig, run_dir: str) -> dict:
         "seed": int(cfg.train.seed), "status": "running", "main_metric": cfg.task.main_metric,
         "config_hash": config_hash(cfg), "run_dir": os.path.abspath(run_dir), "world_size": world_size(),
     }
+    if is_rank_zero():
+        start_outputs(run_dir)
     try:
         if cfg.action not in ACTIONS:
             raise ConfigError(f"unknown action '{cfg.action}' (choices: {', '.join(ACTIONS)})")
@@ -71,6 +78,18 @@ def execute(cfg: DictConfig, run_dir: str) -> dict:
     if is_rank_zero():
         write_json_atomic(os.path.join(run_dir, "results.json"), results)
     return results
+
+
+def start_outputs(run_dir: str) -> None:
+    """Before a job writes anything: what dead processes left half-written in ``run_dir`` goes
+    (``predictions.jsonl.tmp123``, ``model.tmp-123``: tasks/atomic_dir.py), and so does an earlier
+    run's ``results.json``, which would otherwise sit beside this run's predictions and model until
+    this one ends (or for good, if it is killed): results.json is this job's or none."""
+    removed = clear_leftovers(run_dir)
+    if removed:
+        log(f"{run_dir}: removed what an interrupted run left: {', '.join(removed)}")
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(run_dir, "results.json"))
 
 
 def finished_results(path: str, cfg: DictConfig) -> dict | None:

@@ -106,11 +106,17 @@ def predict(trainer, b: Built, split: str) -> tuple[list, dict]:
 
 
 def fit_decision(trainer, b: Built) -> None:
-    """After training: a task that holds a slice of the training data out (``Task.tune_fraction``,
+    """After training (and, through ``KotuneTrainer.before_evaluation``, before each evaluation
+    during it): a task that holds a slice of the training data out (``Task.tune_fraction``,
     multi-label ``task.threshold=tune``) fits its decision on it; what training resolved goes into
     the model's saved ``task_options``, so that eval and predict of the checkpoint decide alike."""
     if "tune" in b.splits:
-        outputs, _ = predict(trainer, b, "tune")
+        # Trainer's compute_metrics scores the evaluation split's rows: off for the slice's
+        scoring, trainer.compute_metrics = trainer.compute_metrics, None
+        try:
+            outputs, _ = predict(trainer, b, "tune")
+        finally:
+            trainer.compute_metrics = scoring
         b.task.fit_decision(outputs, b.splits["tune"].examples)
     b.model.meta.setdefault("task_options", {}).update(b.task.fitted_options())
 

@@ -128,11 +128,15 @@ class KotuneTrainer(Trainer):
     - Checkpoints hold only what trains (a frozen encoder is not saved again, a LoRA one only as
       its adapter), end with a
       completion marker carrying the running loss sum (exact ``train_loss`` after a resume) and
-      ``resume_config`` (what a resume must match), and load with the encoder's keys allowed missing."""
+      ``resume_config`` (what a resume must match), and load with the encoder's keys allowed missing.
+    - ``before_evaluation`` (a function of the trainer) runs before each evaluation of the
+      evaluation split: multi-label ``task.threshold=tune`` tunes its thresholds there, on the
+      held-out training slice, so that the evaluation scores the decision training will keep."""
 
     def __init__(self, *args, mix_learning_rate: float | None = None, resume_config: dict | None = None,
-                 tensorboard_dir: str | None = None, layer_lr_decay: float = 1.0, **kwargs):
+                 tensorboard_dir: str | None = None, layer_lr_decay: float = 1.0, before_evaluation=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.before_evaluation = before_evaluation
         self.mix_learning_rate = mix_learning_rate
         self.layer_lr_decay = float(layer_lr_decay)
         self.resume_config = resume_config
@@ -140,6 +144,11 @@ class KotuneTrainer(Trainer):
             from transformers.integrations import TensorBoardCallback
 
             self.add_callback(TensorBoardCallback(_summary_writer(tensorboard_dir)))
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        if self.before_evaluation is not None and eval_dataset is None:
+            self.before_evaluation(self)
+        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
 
     # DataParallel (several GPUs, one process): each replica's forward computes its share of the loss
     replicas_compute_loss = True
@@ -241,6 +250,15 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
         return task.score(task.decode(predictions, val, b.splits["validation"].examples),
                           b.splits["validation"].examples)
 
+    def tune_decision(trainer: KotuneTrainer) -> None:
+        """Each evaluation decides as the end of training will: a task that fits its decision on
+        the held-out training slice (multi-label ``task.threshold=tune``) fits it on that slice's
+        predictions by the weights being evaluated (never on the evaluation split). The checkpoint
+        ``train.select_best`` keeps is then chosen by the decision it will be saved with."""
+        from kotune.predict import fit_decision
+
+        fit_decision(trainer, b)
+
     steps_per_epoch = None
     if train is not None:
         steps_per_epoch = max(1, math.ceil(len(train) / (int(cfg.train.batch_size) * world_size()))
@@ -253,6 +271,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
         eval_dataset=in_order(b.inputs["validation"], val_order) if do_eval else None,
         data_collator=make_collator(b.tokenizer, cfg),
         compute_metrics=compute_metrics if do_eval else None,
+        before_evaluation=tune_decision if do_eval and "tune" in b.features else None,
         mix_learning_rate=cfg.train.get("mix_learning_rate"),
         layer_lr_decay=check_layer_decay(cfg.train.get("layer_lr_decay", 1.0), bool(cfg.mode.frozen)),
         resume_config=resume_identity(cfg),

@@ -11,11 +11,13 @@ label on multi-hot targets, as ``*ForSequenceClassification`` computes it for
 ``problem_type="multi_label_classification"`` (so the head exports to that class).
 
 Decision: a label is predicted when its probability is at least its threshold:
-``task.threshold`` (null: 0.5, or at eval/predict the checkpoint's own thresholds; a number; a list
-with one per label) or ``task.threshold=tune``: ``task.tune_fraction`` of the training examples
+``task.threshold=tune`` (the presets' default): ``task.tune_fraction`` of the training examples
 (seeded, grouped as any split is) is held out of training and picks each label's threshold, the one
-with the best F1 of that label on the slice. The evaluation split never chooses anything. The
-chosen thresholds are saved with the model.
+with the best F1 of that label on the slice, at every evaluation during training (so that
+``train.select_best`` and early stopping compare checkpoints by the decision they will keep) and
+after training; or null (0.5), a number, a list with one per label. At eval/predict of a checkpoint,
+null and ``tune`` mean the checkpoint's own thresholds. The evaluation split never chooses anything.
+The chosen thresholds are saved with the model.
 """
 from __future__ import annotations
 
@@ -80,6 +82,8 @@ class MultiLabelTask(ClassificationTask):
     multi_label = True
     # the decision is saved with the model: eval/predict of a checkpoint decide as its training did
     saved_options = {"regression": "error", "multi_label": "error", "threshold": "auto"}
+    # requested values that, for a checkpoint, mean what training resolved (kotune/build.py)
+    checkpoint_resolves = {"threshold": (TUNE,)}
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -194,8 +198,9 @@ class MultiLabelTask(ClassificationTask):
         return float(self.cfg.get("tune_fraction") or 0.1)
 
     def thresholds(self) -> list[float]:
-        """Each label's threshold. ``tune`` before tuning (evaluations during training, as
-        ``train.select_best`` makes) decides at 0.5."""
+        """Each label's threshold. ``tune`` decides with the thresholds tuned last: at each
+        evaluation during training those tuned on the slice's predictions of the weights evaluated
+        (kotune/trainer.py), after training those of the weights kept; before any tuning at 0.5."""
         k = len(self.labels)
         if isinstance(self.threshold, list):
             if len(self.threshold) != k:
@@ -207,7 +212,8 @@ class MultiLabelTask(ClassificationTask):
         return [DEFAULT_THRESHOLD if self.threshold is None else float(self.threshold)] * k
 
     def fit_decision(self, outputs: list[dict], examples: list[dict]) -> None:
-        """``task.threshold=tune``: each label's threshold from the held-out training slice."""
+        """``task.threshold=tune``: each label's threshold from the held-out training slice's
+        predictions (at each evaluation during training and once after it)."""
         golds = [[name in set(ex["label"]) for name in self.labels] for ex in examples]
         probs = [out["probs"] for out in outputs]
         before = self.score(outputs, examples)["micro_f1"]
@@ -223,8 +229,8 @@ class MultiLabelTask(ClassificationTask):
 
     def decision(self) -> dict:
         if self.threshold == TUNE and self.tuned is None:
-            raise ConfigError("task.threshold=tune: thresholds are tuned in training (action=train); for a "
-                              "checkpoint leave task.threshold unset (its own thresholds) or give a number")
+            raise ConfigError("task.threshold=tune: thresholds are tuned in training (action=train), and a "
+                              "checkpoint's are its own; here there are none: give a number")
         return {"threshold": self.threshold, "thresholds": dict(zip(self.labels, self.thresholds())),
                 **self.tune_report}
 
@@ -259,10 +265,8 @@ class MultiLabelTask(ClassificationTask):
             self._check_known(path, where, names)
             outputs.append({"labels": names,
                             "probs": None if probs is None else probability_row(probs, self.labels, path, where)})
-        if self.threshold is None:
+        if self.threshold is None or self.threshold == TUNE:  # tune: the thresholds the system decided with
             return outputs
-        if self.threshold == TUNE:
-            raise ConfigError("task.threshold=tune is tuned in training; action=score takes a number or a list")
         if any(o["probs"] is None for o in outputs):
             raise DataError(path, None, f"task.threshold={self.threshold} decides from each label's probability: "
                                         "the file has no 'probabilities' ({label: probability} per row)")

@@ -236,14 +236,41 @@ def test_tuned_thresholds_come_from_training_data_only_and_the_checkpoint_keeps_
     again = run_job(["task=multi_label", *TINY, "action=eval", checkpoint], "eval")
     assert again["metrics"] == pytest.approx(first["metrics"], abs=1e-9)
     assert again["decision"]["thresholds"] == first["decision"]["thresholds"]
-    refused = run_job(["task=multi_label", *TINY, "action=eval", checkpoint, "task.threshold=tune"], "eval_tune")
-    assert refused["status"] == "failed" and "tuned in training" in refused["error"]
+    # tune (the presets' default) at a checkpoint: the thresholds its training tuned
+    tuned = run_job(["task=multi_label", *TINY, "action=eval", checkpoint, "task.threshold=tune"], "eval_tune")
+    assert tuned["decision"]["thresholds"] == first["decision"]["thresholds"]
+    assert tuned["metrics"] == pytest.approx(first["metrics"], abs=1e-9)
 
     at = run_job(["task=multi_label", *TINY, "action=eval", checkpoint, "task.threshold=0.45"], "eval_045")
     scored = run_job(["task=multi_label", *TINY, "action=score", f"data.validation_file={dev}", "task.threshold=0.45",
                       f"score.predictions={tmp_path / 'tuned' / 'predictions.jsonl'}"], "score_045")
     assert scored["metrics"] == pytest.approx(at["metrics"], abs=1e-9) != first["metrics"]
     assert set(at["decision"]["thresholds"].values()) == {0.45}
+
+
+def test_tune_is_the_default_decision():
+    assert compose(["task=multi_label"]).task.threshold == "tune"
+    assert compose(["task=hate_multi_label"]).task.threshold == "tune"
+
+
+def test_select_best_evaluates_with_thresholds_tuned_at_each_evaluation(run_job, tmp_path):
+    """train.select_best (and early stopping) compare checkpoints by the decision training keeps:
+    each evaluation tunes the thresholds on the held-out training slice's predictions by the weights
+    evaluated, so a small model whose probabilities stay under 0.5 is not scored 0 at every
+    evaluation (which kept the first checkpoint whatever came after). The kept evaluation's micro F1
+    is the one results.json reports: the thresholds tuned after training are the selected weights'."""
+    from conftest import assert_best_evaluation_kept
+
+    res = run_job(["task=multi_label", *TINY, "train.max_steps=12", "train.learning_rate=3e-3",
+                   "train.select_best=true", "train.warmup_ratio=0"], "select")
+    assert res["status"] == "ok", res.get("error")
+    assert res["decision"]["threshold"] == "tune" and res["n_tune"] == 6
+    history = json.loads(max((tmp_path / "select" / "checkpoints").glob("checkpoint-*/trainer_state.json"),
+                             key=lambda p: int(p.parent.name.split("-")[1])).read_text())["log_history"]
+    evals = [h["eval_micro_f1"] for h in history if "eval_micro_f1" in h]
+    assert len(evals) == 12 and min(evals) > 0 and len(set(evals)) > 1  # at 0.5 this model scored 0 throughout
+    assert_best_evaluation_kept(tmp_path / "select", res)
+    assert res["metrics"]["micro_f1"] == max(evals) > 0
 
 
 def test_a_single_label_file_read_as_multi_label_is_warned_about(run_job, tmp_path, capsys):
