@@ -96,7 +96,7 @@ FINE_TUNING = {  # a task per head kind, on its sample files; rows chosen for a 
     "token_crf": ["task=ner", "task.crf=true", "data.max_train_samples=22"],  # sentences' NLL over their slots
     "windows": ["task=text_cls", "task.long_text=windows", "train.max_length=8", "task.window_stride=2",
                 "data.max_train_samples=22"],  # documents' losses, windows as many as they have
-    "multi_label": ["task=multi_label", "data.max_train_samples=22"],  # BCE over rows × labels
+    "multi_label": ["task=multi_label", "task.threshold=0.5", "data.max_train_samples=22"],  # BCE over rows × labels (0.5: no tune slice out of the 22)
     "token_weighted": ["task=token_cls", "train.class_weights=balanced", "data.max_train_samples=22"],  # Σ w·loss / Σ w
 }
 
