@@ -14,7 +14,8 @@ the study, so the sampler learns to avoid it, but does not count as done.
 
 Also: the search space is Hydra's override grammar (kotune/search_space.py), checked against the
 composed config before the first trial, minus keys another setting makes no-ops (kotune/sweeps.py);
-the study and its heartbeats are kotune/study.py, ``n_jobs``'s
+a study is one search (its space, data files' content and fixed overrides, not n_trials): a command
+with another search on its name is refused; the study and its heartbeats are kotune/study.py, ``n_jobs``'s
 workers kotune/sweep_workers.py; the direction follows the task; job numbers (and so trial directories) follow the trial numbers;
 at the end the best trial's score and config go to ``best_trial.yaml`` in the sweep directory.
 """
@@ -35,7 +36,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from kotune.search_space import check_search_keys, search_keys, search_space
-from kotune.study import Heartbeat, check_same_space, counts_as_done, open_study, without_password
+from kotune.study import (Heartbeat, check_same_search, counts_as_done, data_fingerprints, open_study,
+                          search_overrides, without_password)
 from kotune.sweep_workers import WORKER_ENV, n_workers, run_workers
 from kotune.sweeps import drop_shadowed
 
@@ -65,8 +67,15 @@ class KotuneOptunaSweeper(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(
             config=config, hydra_context=hydra_context, task_function=task_function)
         short = OmegaConf.to_container(config.get("hparams_search") or {}, resolve=True)
+        given = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in config.hydra.overrides.hydra}
         for key in ("storage", "study_name", "n_trials", "n_jobs", "pruner"):
             if short.get(key) is not None:  # hparams_search.KEY=… is the short name of hydra.sweeper.KEY
+                long = given.get(f"hydra.sweeper.{key}")
+                if long is not None and long != str(short[key]):
+                    raise ConfigCompositionException(
+                        f"hparams_search.{key}={without_password(short[key])} and hydra.sweeper.{key}="
+                        f"{without_password(long)} are one setting "
+                        f"given twice: keep hparams_search.{key}")
                 setattr(self, key, short[key])
         self.n_trials, self.pruner = int(self.n_trials), str(self.pruner)
 
@@ -88,7 +97,9 @@ class KotuneOptunaSweeper(Sweeper):
         study = open_study(self.storage, self.study_name, direction, self.sampler,
                            self.heartbeat_interval, self.grace_period,
                            pruning.make_pruner(self.pruner, self.pruner_startup_trials, self.pruner_warmup_evaluations))
-        check_same_space(study, space)
+        # one study is one search: the same space, data and fixed overrides (n_trials may grow)
+        check_same_search(study, self.storage, space, data_fingerprints(cfg, set(space)),
+                          search_overrides(fixed, self.pruner))
         workers = n_workers(self.n_jobs)
         if workers > 1:
             if not self.storage:

@@ -13,7 +13,7 @@ from kotune.config import CONF_DIR, GROUPS
 from kotune.job import execute, finished_results
 from kotune.overrides import bad_override, job_overrides, open_dict_overrides  # noqa: F401 (bench/ imports it here)
 from kotune.runtime import quiet_libraries, release_memory
-from kotune.sweeps import SWEPT_ENV, swept_keys
+from kotune.sweeps import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
 from tasks.base import fingerprint
 from tasks.errors import KotuneError
 from tasks.io import mask_credentials_in_file
@@ -101,9 +101,11 @@ def check_choices(argv: list[str]) -> None:
 
 def sweep_id(argv: list[str]) -> str:
     """Default multirun directory name: a hash of the command's overrides (not hydra.* options or
-    flags), so the same command run again finds its earlier jobs and resumes (conf/config.yaml)."""
+    flags, nor a search's n_trials and n_jobs), so the same command run again finds its earlier jobs
+    and resumes, also with a larger n_trials (conf/config.yaml)."""
     overrides = [a for a in argv if "=" in a and not a.startswith("-")
-                 and not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+                 and not a.lstrip("+~").startswith(("hydra.", "hydra/"))
+                 and a.lstrip("+~").partition("=")[0] not in NOT_IN_SWEEP_ID]
     return "sweep-" + fingerprint(overrides)[:10]
 
 

@@ -1,9 +1,10 @@
 """The Optuna study a sweep's workers share: opened on its database (one line, without the
-password, when it cannot be), one search space per study, which trials count as done, and the
-heartbeat that lets another worker fail and replace a killed worker's trial."""
+password, when it cannot be), one search per study (its space, data and fixed overrides), which
+trials count as done, and the heartbeat that lets another worker fail and replace a killed worker's trial."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import warnings
@@ -12,7 +13,12 @@ from typing import Any
 from hydra.errors import ConfigCompositionException
 
 FAILED_SCORE = 1e9  # kotune.cli.worst_score's magnitude: a failed job
-SPACE_ATTR = "kotune_search_space"  # the study's search space, so a worker with another one refuses
+# what makes a study one search (kotune/study.py check_same_search): a worker with another one refuses
+SPACE_ATTR = "kotune_search_space"  # the searched keys' distributions
+DATA_ATTR = "kotune_data"  # the data files the trials read, with their sha256
+FIXED_ATTR = "kotune_fixed_overrides"  # the overrides every trial gets
+NOT_THE_SEARCH = ("data.train_file", "data.validation_file", "cache_dir", "save_model", "save_predictions",
+                  "keep_going_on_bugs")
 
 
 def without_password(url: str) -> str:
@@ -41,20 +47,105 @@ def open_study(storage_url: str | None, study_name: str | None, direction: str, 
                                pruner=pruner or optuna.pruners.NopPruner(), load_if_exists=True)
 
 
-def check_same_space(study, space: dict[str, Any]) -> None:
-    """Workers on one study must search one space: the first stores it, the others compare."""
+def space_json(space: dict[str, Any]) -> str:
     from optuna.distributions import distribution_to_json
 
-    mine = json.dumps({k: distribution_to_json(d) for k, d in sorted(space.items())}, sort_keys=True)
-    stored = study.user_attrs.get(SPACE_ATTR)
-    if stored is None:
-        study.set_user_attr(SPACE_ATTR, mine)
-    elif stored != mine:
-        theirs, ours = json.loads(stored), json.loads(mine)
-        differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+    return json.dumps({k: distribution_to_json(d) for k, d in sorted(space.items())}, sort_keys=True)
+
+
+def data_fingerprints(cfg, searched: set[str] | frozenset = frozenset()) -> dict[str, dict]:
+    """The data a training trial of ``cfg`` reads, by setting: ``data.train_file`` → its path and
+    sha256 (as results.json records them), or the hub dataset; data.validation_file too unless the
+    validation split is cut from the train file. A setting the search varies is left out."""
+    from tasks.io import sha256_of
+
+    data = cfg.data
+    cut = bool(float(data.get("validation_split") or 0.0) or data.get("folds"))
+    out: dict[str, dict] = {}
+    for split in ("train",) if cut else ("train", "validation"):
+        key = f"data.{split}_file"
+        if key in searched:
+            continue
+        path = data.get(f"{split}_file")
+        if not path and data.get("source") == "sample":
+            from tasks.base import sample_file
+
+            try:
+                path = sample_file(cfg.task, split)
+            except Exception:  # noqa: BLE001 - no sample file: the trial says so itself
+                continue
+        if path:
+            path = os.path.abspath(str(path))
+            out[key] = {"file": path, "sha256": sha256_of(path) if os.path.isfile(path) else None}
+        elif cfg.task.get("hub"):
+            hub = cfg.task.hub
+            out[key] = {"hub": f"{hub.path}/{hub.get('name')}:{split}", "revision": data.get("revision")}
+    return out
+
+
+def check_same_search(study, storage_url: str | None, space: dict[str, Any], data: dict[str, dict],
+                      fixed: dict[str, str]) -> None:
+    """A study is one search: its space, the data its trials read (by content) and the overrides
+    every trial gets (``fixed``, without n_trials, workers, storage and output settings). The first
+    worker stores them in the study; another worker on the same study name must have the same, or
+    stops in one line naming what differs (two searches mixed in one study compare apples with pears)."""
+    mine = {SPACE_ATTR: space_json(space), DATA_ATTR: json.dumps(data, sort_keys=True),
+            FIXED_ATTR: json.dumps(fixed, sort_keys=True)}
+    stored = study.user_attrs
+    for attr, value in mine.items():
+        if stored.get(attr) is None:  # a new study (or one from before kotune stored this)
+            study.set_user_attr(attr, value)
+    # read back: of two workers creating the study at once, the later one's values stand
+    stored = study.user_attrs
+    differ = []
+    if stored[SPACE_ATTR] != mine[SPACE_ATTR]:
+        theirs, ours = json.loads(stored[SPACE_ATTR]), json.loads(mine[SPACE_ATTR])
+        keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+        differ.append(f"another search space ({', '.join(keys)} differ)")
+    theirs, ours = json.loads(stored[DATA_ATTR]), data
+    for key in sorted(set(theirs) | set(ours)):
+        if not same_data(theirs.get(key), ours.get(key)):
+            differ.append(f"{key}={shown_data(theirs.get(key))}, this search reads {shown_data(ours.get(key))}")
+    theirs, ours = json.loads(stored[FIXED_ATTR]), fixed
+    for key in sorted(set(theirs) | set(ours)):
+        if theirs.get(key) != ours.get(key):
+            differ.append(f"{key}={theirs.get(key, '(not set)')}, this search has {ours.get(key, '(not set)')}")
+    if not differ and stored[DATA_ATTR] != mine[DATA_ATTR]:
+        study.set_user_attr(DATA_ATTR, mine[DATA_ATTR])  # a file unreadable then (every trial failed), read now
+    if differ:
+        where = without_password(storage_url) if storage_url else "memory"
         raise ConfigCompositionException(
-            f"study '{study.study_name}' searches another space ({', '.join(differ)} differ): give this "
-            "search its own hparams_search.study_name, or the same ranges as the study's other workers")
+            f"study '{study.study_name}' in {where} was made for {'; for '.join(differ)}: give this search its "
+            "own hparams_search.study_name or hparams_search.storage (a larger n_trials or other n_jobs "
+            "is the same search)")
+
+
+def same_data(a: dict | None, b: dict | None) -> bool:
+    """One file's content is the same data wherever it lies (workers on several machines); a file
+    that was or is unreadable (its trials fail on it) is the same file by its path."""
+    if a and b and "file" in a and "file" in b:
+        if a.get("sha256") and b.get("sha256"):
+            return a["sha256"] == b["sha256"]
+        return a["file"] == b["file"]
+    return a == b
+
+
+def search_overrides(fixed: dict[str, str], pruner: str) -> dict[str, str]:
+    """The fixed overrides that make a study's search (``fixed``: every trial's), with the pruner:
+    not how many trials or workers, where the study or the outputs lie, nor the data files' paths
+    (their content is compared instead)."""
+    out = {k: v for k, v in fixed.items()
+           if not k.startswith("hparams_search.") and k not in NOT_THE_SEARCH}
+    return {**out, "hparams_search.pruner": str(pruner)}
+
+
+def shown_data(entry: dict | None) -> str:
+    if not entry:
+        return "(none)"
+    if "hub" in entry:
+        return f"{entry['hub']} (revision {entry.get('revision') or 'latest'})"
+    digest = entry.get("sha256")
+    return f"{entry['file']} (sha256 {digest[:12] if digest else 'unreadable'})"
 
 
 def counts_as_done(trial) -> bool:

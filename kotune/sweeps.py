@@ -24,6 +24,9 @@ IN_PATH = ("task", "model", "mode")  # directories above the job's already name 
 SHORT = {"learning_rate": "lr", "batch_size": "bs", "weight_decay": "wd", "warmup_ratio": "warmup",
          "head_dropout": "dropout"}
 SAMPLED_DIGITS = 3  # significant digits of a sampled float in a directory name
+# how many trials, and how many workers run them: not what a search is, so not in its directory's name
+# (the same search with a larger n_trials continues in the same directory, on the same study)
+NOT_IN_SWEEP_ID = ("hparams_search.n_trials", "hparams_search.n_jobs")
 
 
 def swept_keys(argv: list[str]) -> list[str]:

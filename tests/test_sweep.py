@@ -339,3 +339,104 @@ def test_two_sampler_seeds_draw_different_trials(monkeypatch, tmp_path):
                                f"hydra.sweeper.sampler.seed={seed}", f"hydra.sweep.dir={tmp_path / str(seed)}"])
         drawn[seed] = [tuple(sorted(t.params.items())) for t in study_trials(tmp_path / str(seed))]
     assert not set(drawn[1]) & set(drawn[2])
+
+
+# ---- one study, one search -----------------------------------------------------------------
+DEMO_SEARCH = ["hparams_search=text_cls", "model=tiny", "data=demo", "train.max_steps=2"]
+
+
+def demo_train_file() -> Path:
+    import kotune_data
+
+    return Path(kotune_data.data_path("demo/train.tsv"))
+
+
+def test_n_trials_and_n_jobs_are_not_part_of_the_sweep_directory():
+    """Both spellings of n_trials, and any n_jobs, name the same directory: raising n_trials
+    continues the search where it is (hparams_search.n_trials made a new directory, and so a new study)."""
+    from kotune.cli import sweep_id
+
+    ids = {sweep_id(DEMO_SEARCH + extra) for extra in
+           ([], ["hparams_search.n_trials=4"], ["hparams_search.n_trials=6"], ["hydra.sweeper.n_trials=6"],
+            ["hparams_search.n_trials=6", "hparams_search.n_jobs=auto"])}
+    assert len(ids) == 1
+    assert sweep_id(DEMO_SEARCH) != sweep_id(DEMO_SEARCH + ["train.max_steps=3"])  # another search
+
+
+@pytest.mark.parametrize("spelling", ["hparams_search.n_trials", "hydra.sweeper.n_trials"])
+def test_the_same_search_with_more_trials_extends_its_study_and_directory(monkeypatch, tmp_path, capsys, spelling):
+    from optuna.trial import TrialState
+
+    from kotune.cli import sweep_id
+
+    monkeypatch.chdir(tmp_path)
+    calls = stub_train(monkeypatch, lr_score)
+    for n in (2, 3):
+        args = [*DEMO_SEARCH, f"{spelling}={n}"]
+        monkeypatch.setenv("KOTUNE_SWEEP_ID", sweep_id(args))  # what `python run.py` sets
+        multirun(monkeypatch, args)
+    assert "study 'text_cls-tiny-finetune' (sqlite:///multirun/sweep-" in capsys.readouterr().out
+    sweeps = list((tmp_path / "multirun").iterdir())
+    assert len(sweeps) == 1  # one directory, one study in it
+    trials = study_trials(sweeps[0], "text_cls-tiny-finetune")
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3 and len(calls) == 3
+    best = OmegaConf.load(sweeps[0] / "best_trial.yaml")
+    assert best.n_ok_runs == 3 and best.best_value == max(t.value for t in trials)
+
+
+def test_n_trials_given_twice_with_two_values_is_refused(monkeypatch, tmp_path, capsys):
+    calls = stub_train(monkeypatch, lr_score)
+    with pytest.raises(SystemExit):
+        multirun(monkeypatch, [*DEMO_SEARCH, "hparams_search.n_trials=6", "hydra.sweeper.n_trials=4",
+                               f"hydra.sweep.dir={tmp_path / 's'}"])
+    assert ("hparams_search.n_trials=6 and hydra.sweeper.n_trials=4 are one setting given twice: "
+            "keep hparams_search.n_trials") in capsys.readouterr().err
+    assert calls == []
+
+
+def shared_study(tmp_path) -> list[str]:
+    """A study named on the command line, in a database outside the sweep directories."""
+    return [f"hparams_search.storage=sqlite:///{tmp_path / 'shared.db'}", "hparams_search.study_name=demo"]
+
+
+def test_a_search_on_other_data_does_not_join_the_study(monkeypatch, tmp_path, capsys):
+    """Another train file under the same study name is refused in one line naming both files;
+    the same file's content at another path (another machine's copy) is the same search."""
+    import optuna
+
+    demo = demo_train_file()
+    other = tmp_path / "other.tsv"
+    other.write_text("\n".join(demo.read_text(encoding="utf-8").splitlines()[:200]) + "\n", encoding="utf-8")
+    copy = tmp_path / "copy.tsv"
+    copy.write_bytes(demo.read_bytes())
+    calls = stub_train(monkeypatch, lr_score)
+    multirun(monkeypatch, [*DEMO_SEARCH, *shared_study(tmp_path), "hparams_search.n_trials=2",
+                           f"hydra.sweep.dir={tmp_path / 'a'}"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        multirun(monkeypatch, [*DEMO_SEARCH, *shared_study(tmp_path), "hparams_search.n_trials=3",
+                               f"data.train_file={other}", f"hydra.sweep.dir={tmp_path / 'b'}"])
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if "study 'demo'" in x)
+    assert f"study 'demo' in sqlite:///{tmp_path / 'shared.db'} was made for data.train_file={demo} (sha256 " in line
+    assert f"this search reads {other} (sha256 " in line
+    assert "hparams_search.study_name" in line
+    assert len(calls) == 2
+    multirun(monkeypatch, [*DEMO_SEARCH, *shared_study(tmp_path), "hparams_search.n_trials=3",
+                           f"data.train_file={copy}", f"hydra.sweep.dir={tmp_path / 'c'}"])
+    assert len(calls) == 3
+    study = optuna.load_study(study_name="demo", storage=f"sqlite:///{tmp_path / 'shared.db'}")
+    assert len(study.trials) == 3
+
+
+def test_a_search_with_other_fixed_overrides_does_not_join_the_study(monkeypatch, tmp_path, capsys):
+    calls = stub_train(monkeypatch, lr_score)
+    multirun(monkeypatch, [*DEMO_SEARCH, *shared_study(tmp_path), "hparams_search.n_trials=1",
+                           f"hydra.sweep.dir={tmp_path / 'a'}"])
+    with pytest.raises(SystemExit):
+        multirun(monkeypatch, [*DEMO_SEARCH, *shared_study(tmp_path), "hparams_search.n_trials=2",
+                               "train.max_steps=3", "data.max_train_samples=100", f"hydra.sweep.dir={tmp_path / 'b'}"])
+    line = next(x for x in capsys.readouterr().err.splitlines() if "study 'demo'" in x)
+    assert "was made for data.max_train_samples=(not set), this search has 100; for train.max_steps=2, " \
+           "this search has 3:" in line
+    assert len(calls) == 1

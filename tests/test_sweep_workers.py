@@ -192,5 +192,6 @@ def test_two_search_spaces_on_one_study_refuse(monkeypatch, tmp_path, capsys):
     assert len(calls) == 1
     with pytest.raises(SystemExit):
         multirun(monkeypatch, [*args, "hparams_search.n_trials=2", "train.warmup_ratio=interval(0.3, 0.5)"])
-    assert "study 'nli-tiny-finetune' searches another space (train.warmup_ratio differ)" in capsys.readouterr().err
+    assert (f"study 'nli-tiny-finetune' in sqlite:///{sweep}/optuna.db was made for another search space "
+            "(train.warmup_ratio differ): give this search its own hparams_search.study_name") in capsys.readouterr().err
     assert len(calls) == 1
