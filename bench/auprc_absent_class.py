@@ -6,12 +6,14 @@ an area of 0.5 (KLUE-baseline's pinned 0.24.1: NaN for the whole AUPRC); kotune 
 The 0.5 pulls the mean towards 50: up for a weak model, down for a strong one.
 
     python bench/auprc_absent_class.py
+    python bench/auprc_absent_class.py --smoke   # 200 examples: the same steps (tests/test_bench_smoke.py)
 
 Prints per signal the mean over all 30 relations and over the 29 present ones, and
 ``RESULT auprc_absent_bias_weak=<all − present, signal 0.5> auprc_absent_bias_strong=<signal 2>``.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -37,7 +39,11 @@ def biases(n: int = 800, k: int = 30, seed: int = 0) -> dict[float, tuple[float,
 
 
 def main() -> None:
-    result = biases()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=800, help="synthetic examples")
+    p.add_argument("--smoke", action="store_true", help="200 examples: every step, the table and the RESULT line")
+    a = p.parse_args()
+    result = biases(n=200 if a.smoke else a.n)
     print("| signal | AUPRC, all 30 (absent = 0.5) | AUPRC, 29 present (kotune) | difference |")
     print("| --- | --- | --- | --- |")
     for signal, (every, present) in result.items():

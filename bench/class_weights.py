@@ -10,7 +10,7 @@ paired standard error sd(d)/√n; "shown" only where |mean| > 2 SE. Each class's
 runs' predictions.jsonl (where the weights should act: the minority classes).
 
     python bench/class_weights.py --model-dir DIR   # DIR: printed by bench/pretrain_gain.py --only-pretrain
-    python bench/class_weights.py --model tiny --steps 20 --seeds 1,2 --out smoke   # a smoke run
+    python bench/class_weights.py --smoke --model-dir DIR   # tiny settings, every step (tests/test_bench_smoke.py)
 
 Where the arms chose different rates, both arms also train at each chosen rate (a control: the
 difference at one rate is the weights' alone). Prints the tables and ``RESULT class_weights_macro_f1_gain=… se=… shown=…``; every job is an in-process
@@ -33,6 +33,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from bench.pretrain_gain import job, paired_gain, spread  # noqa: E402
 
 ARMS = ("none", "balanced")
+# --smoke (every fine-tuning bench on hate speech here): 2 steps on the first rows, two seeds, one rate
+SMOKE = dict(steps=2, batch=8, max_length=32, lrs="1e-3", seeds="1,2")
+SMOKE_DATA = ["data.max_train_samples=160", "data.max_eval_samples=64"]
 
 
 def model_overrides(model: str, model_dir: str | None, cache_dir: str) -> list[str]:
@@ -94,7 +97,7 @@ def training_overrides(a, model: str, lr: float, seed: int) -> list[str]:
     """Encoder and optimisation of one fine-tuning run."""
     return [*model_overrides(model, a.model_dir, a.cache_dir), f"train.learning_rate={lr}", f"train.seed={seed}",
             f"train.max_steps={a.steps}", f"train.batch_size={a.batch}", f"train.max_length={a.max_length}",
-            "train.warmup_ratio=0.1", "save_model=false"]
+            "train.warmup_ratio=0.1", "save_model=false", *(SMOKE_DATA if getattr(a, "smoke", False) else [])]
 
 
 def main() -> None:
@@ -102,7 +105,9 @@ def main() -> None:
     p.add_argument("--model", default="mini", choices=("mini", "tiny"))
     p.add_argument("--column", default="bias", help="hate-speech label column")
     fine_tuning_options(p, "1,2,3,4,5", "kotune_class_weights")
-    a = p.parse_args()
+    from bench.common import parse_with_smoke
+
+    a = parse_with_smoke(p, {**SMOKE, "out": os.path.join(tempfile.gettempdir(), "kotune_class_weights_smoke")})
     data = hate_speech(a)
     import torch
 

@@ -111,3 +111,18 @@ def timed() -> Iterator[dict]:
 
 def median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
+
+
+SMOKE_HELP = ("tiny settings that still take every code path of the real run (its phases, closing table and "
+              "RESULT line) in seconds, writing under a temporary --out; tests/test_bench_smoke.py runs it")
+
+
+def parse_with_smoke(parser, smoke: dict, argv: list[str] | None = None):
+    """``parser``'s arguments with ``--smoke`` added: with it, ``smoke``'s values replace the defaults
+    (an option given explicitly still wins)."""
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        parser.set_defaults(**smoke)
+        args = parser.parse_args(argv)
+    return args

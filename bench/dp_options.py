@@ -12,7 +12,8 @@ frequent relation: what a parser must beat.
 Prints a Markdown table, the dev words' shares with several subwords and with a particle or
 ending last, and ``RESULT dp_las_macro_next_word=… dp_las_macro_first=… dp_las_macro_first_last=…
 dp_las_macro_pos=… dp_las_macro_lstm=…``. 2 CPU cores: ``nice -n 5 python bench/dp_options.py``
-(33 minutes with the defaults, most of it the two LSTM runs).
+(33 minutes with the defaults, most of it the two LSTM runs). ``--smoke``: every setting and the
+rule, one seed, 2 steps of a 1-layer × 32 encoder on the first rows (tests/test_bench_smoke.py).
 """
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ SETTINGS = {  # name → task overrides
     "+LSTM (task=dp_klue)": ["task=dp_klue"],
 }
 METRICS = ("uas_macro_f1", "uas_micro_f1", "las_macro_f1", "las_micro_f1")
+# --smoke: appended to every job (a smaller encoder, the first rows of each split)
+SMOKE_OVERRIDES = ["model.config_overrides.num_hidden_layers=1", "model.config_overrides.hidden_size=32",
+                   "model.config_overrides.num_attention_heads=1", "model.config_overrides.intermediate_size=64",
+                   "data.max_train_samples=64", "data.max_eval_samples=32", "train.max_length=64"]
+EXTRA: list[str] = []  # SMOKE_OVERRIDES under --smoke
 RESULT_KEYS = {"first": "first", "first_last": "first_last", "first_last+POS": "pos",
                "+LSTM (task=dp_klue)": "lstm", "next-word rule": "next_word"}
 
@@ -49,7 +55,7 @@ def overrides(setting: str, steps: int, seed: int, lr: float, cache: Path) -> li
     return [*SETTINGS[setting], *ENCODER, f"data.train_file={DEV}", "data.validation_split=0.2",
             f"train.max_steps={steps}", f"train.learning_rate={lr}", "train.batch_size=32",
             "train.max_length=128", f"train.seed={seed}", "save_model=false", "save_predictions=false",
-            f"cache_dir={cache}"]
+            f"cache_dir={cache}", *EXTRA]
 
 
 def train_scores(setting: str, steps: int, seed: int, lr: float, cache: Path, work: Path) -> dict[str, float]:
@@ -99,7 +105,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names of SETTINGS")
-    args = parser.parse_args(argv)
+    from bench.common import parse_with_smoke
+
+    args = parse_with_smoke(parser, {"seeds": 1, "steps": 2}, argv)
+    EXTRA[:] = SMOKE_OVERRIDES if args.smoke else []
     if not DEV.exists():
         raise SystemExit(f"{DEV} not found: this benchmark reads the shared data")
     from kotune.runtime import quiet_libraries

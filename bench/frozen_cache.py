@@ -12,6 +12,7 @@ two paths' metrics, in points). Base size on a few CPU cores is slow: ``--train`
 the subset sizes (the default run takes a few minutes on 2 cores).
 
     python bench/frozen_cache.py [--train 128] [--eval 48] [--epochs 2] [--layers last]
+    python bench/frozen_cache.py --smoke   # all three runs on a 1-layer × 32 encoder, 16 / 8 pairs
 """
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT))
 
 
+# --smoke: the encoder shrunk (the kcbert-base vocabulary kept), appended to every run
+SMOKE_ENCODER = ["model.config_overrides.num_hidden_layers=1", "model.config_overrides.hidden_size=32",
+                 "model.config_overrides.num_attention_heads=1", "model.config_overrides.intermediate_size=64"]
+
+
 def overrides(args, cache: bool, cache_dir: str) -> list[str]:
     return [
         "task=nli", "model=kcbert", "model.init=random", f"model.name_or_path={SHARED / 'vocab/kcbert-base'}",
@@ -39,6 +45,7 @@ def overrides(args, cache: bool, cache_dir: str) -> list[str]:
         f"train.epochs={args.epochs}", f"train.batch_size={args.batch_size}", f"train.eval_batch_size={args.batch_size}",
         f"train.learning_rate={args.lr}", f"train.max_length={args.max_length}", "train.logging_steps=100000",
         f"cache_dir={cache_dir}", "save_model=false", "save_predictions=false",
+        *(SMOKE_ENCODER if getattr(args, "smoke", False) else []),
     ]
 
 
@@ -92,7 +99,9 @@ def main() -> None:
     parser.add_argument("--cache-dtype", default="float16")
     parser.add_argument("--cache-dir", default=None, help="default: a fresh temporary directory")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    args = parser.parse_args()
+    from bench.common import parse_with_smoke
+
+    args = parse_with_smoke(parser, {"train": 16, "eval": 8, "batch_size": 8, "max_length": 32})
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the cached path's epochs after the first are the point)")
     for need in (SHARED / "data/klue/klue-nli-v1.1_dev.json", SHARED / "vocab/kcbert-base/config.json"):

@@ -13,7 +13,8 @@ for the sequence (hate speech), pair (KLUE NLI), token (KLUE NER) and span (KorQ
 (b) after training: the main metric, mean and spread over ``--seeds`` seeds per side.
 
 Prints a table and ``RESULT parity_max_logit_diff=<x> parity_metric_delta_min=<kotune − HF, worst task>``.
-Small budgets by default (2 CPU cores): ``nice -n 5 python bench/hf_parity.py``.
+Small budgets by default (2 CPU cores): ``nice -n 5 python bench/hf_parity.py``. ``--smoke``: every
+head both ways, one seed, 2 steps of a 2-layer × 32 checkpoint on the first rows (tests/test_bench_smoke.py).
 """
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ TASKS = {  # head → kotune overrides (data, task options) and the stock HF cla
              "AutoModelForQuestionAnswering"),
 }
 
+SMOKE_DATA = ["data.max_train_samples=32", "data.max_eval_samples=16"]  # --smoke: appended to every job
+EXTRA: list[str] = []  # SMOKE_DATA under --smoke
+
 
 def make_checkpoint(path: Path, hidden: int) -> None:
     """A saved random-init BertForMaskedLM (no pooler, as MLM checkpoints are) with its tokenizer."""
@@ -72,7 +76,8 @@ def compose(overrides: list[str]):
 
 def overrides_for(head: str, checkpoint: Path, steps: int, seed: int, cache: Path) -> list[str]:
     return [*TASKS[head][0], "data=sample", "model=kcbert", f"model.name_or_path={checkpoint}",
-            "model.init=pretrained", *TRAIN, f"train.max_steps={steps}", f"train.seed={seed}", f"cache_dir={cache}"]
+            "model.init=pretrained", *TRAIN, f"train.max_steps={steps}", f"train.seed={seed}", f"cache_dir={cache}",
+            *EXTRA]
 
 
 def hf_model(head: str, checkpoint: Path, task, seed: int):
@@ -154,7 +159,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--hidden", type=int, default=128)
-    args = parser.parse_args(argv)
+    from bench.common import parse_with_smoke
+
+    args = parse_with_smoke(parser, {"seeds": 1, "steps": 2, "hidden": 32}, argv)
+    EXTRA[:] = SMOKE_DATA if args.smoke else []
     if not SHARED.exists():
         raise SystemExit(f"{SHARED} not found: this benchmark reads the shared data")
     from kotune.runtime import quiet_libraries

@@ -21,7 +21,7 @@ learning-rate decay), measured:
 
     python bench/modes.py --model-dir /path/to/pretrain_gain/<recipe>/model
     python bench/modes.py --skip-quality                  # the cost part only
-    python bench/modes.py --cost-steps 2 --ft-steps 20 --seeds 1,2 --model-dir DIR --out smoke
+    python bench/modes.py --smoke --model-dir DIR   # both parts, tiny (tests/test_bench_smoke.py)
 
 Prints a table per part and ``RESULT lora_checkpoint_pct=… lora_memory_ratio=… …``; writes
 ``OUT/modes.json``. Finished quality runs in ``--out`` are reused (pretrain_gain's ``job``).
@@ -53,6 +53,11 @@ GRIDS = {  # learning rates tried per mode on the selection slice (fine-tuning: 
     "finetune": "3e-4,1e-3", "finetune+lld0.8": "3e-4,1e-3", "lora": "1e-3,3e-3", "frozen": "3e-3,1e-2",
 }
 COST_ONLY = {"frozen": ["mode.cache=false"]}
+# --smoke: the cost part's encoder shrunk (the kcbert-base vocabulary kept); each mode's first rate only
+SMOKE_ENCODER = ["model.config_overrides.num_hidden_layers=1", "model.config_overrides.hidden_size=32",
+                 "model.config_overrides.num_attention_heads=1", "model.config_overrides.intermediate_size=64"]
+SMOKE = dict(cost_steps=1, cost_batch=1, seeds="1", ft_steps=2, ft_batch=8, ft_max_length=64,
+             out=os.path.join(tempfile.gettempdir(), "kotune_modes_smoke"))
 SHORT = {"finetune+lld0.8": "lld", "lora": "lora", "frozen": "frozen"}  # RESULT names
 
 
@@ -73,7 +78,8 @@ def cost_job(a, mode: str, run_dir: str, steps: int) -> dict:
                  "train.pad_to_multiple_of=128", "train.group_by_length=false", "train.learning_rate=1e-4",
                  "train.warmup_ratio=0", f"train.logging_steps={steps}", "train.save_strategy=steps",
                  f"train.save_steps={steps}", "train.save_total_limit=1", "train.seed=1", "save_predictions=false",
-                 f"cache_dir={a.cache_dir}", *MODES[mode], *COST_ONLY.get(mode, [])]
+                 f"cache_dir={a.cache_dir}", *MODES[mode], *COST_ONLY.get(mode, []),
+                 *(SMOKE_ENCODER if a.smoke else [])]
     with PeakMemory() as peak:
         res = job(overrides, run_dir)
     return {"mode": mode, "trainable_params": res["trainable_params"], "total_params": res["total_params"],
@@ -121,8 +127,9 @@ def quality(a, seeds: list[int]) -> dict:
     for task in a.tasks.split(","):
         for mode, extra in MODES.items():
             tag = "_" + mode.replace("+", "_")
+            lrs = GRIDS[mode].split(",")[: 1 if a.smoke else None]
             grid = {float(lr): bench.score(task, "pretrained", float(lr), seeds[0], select=True, tag=tag,
-                                           options=tuple(extra)) for lr in GRIDS[mode].split(",")}
+                                           options=tuple(extra)) for lr in lrs}
             lr = max(grid, key=grid.get)
             scores = [bench.score(task, "pretrained", lr, s, tag=tag, options=tuple(extra)) for s in seeds]
             out[(task, mode)] = {"lr": lr, "select_scores": grid, "scores": scores}
@@ -164,7 +171,9 @@ def main() -> None:
                    help="held-out fraction of the training data that picks each mode's learning rate (seed 1's split)")
     p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kotune_modes"))
-    a = p.parse_args()
+    from bench.common import parse_with_smoke
+
+    a = parse_with_smoke(p, SMOKE)
     a.pooling = None  # Bench's option: the preset's pooling
     if not os.path.isdir(VOCAB) or not os.path.isdir(os.path.join(SHARED, "hate-speech")):
         raise SystemExit(f"skipped: {VOCAB} or {SHARED}/hate-speech not found (../shared absent)")

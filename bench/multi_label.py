@@ -10,7 +10,7 @@ then trains at that rate. Table: micro F1 (main), macro F1, samples F1, subset a
 seeds; the paired difference tune − 0.5 per seed with its standard error, "shown" where |mean| > 2 SE.
 
     python bench/multi_label.py --model-dir DIR      # DIR: printed by bench/pretrain_gain.py --only-pretrain
-    python bench/multi_label.py --models tiny --steps 20 --seeds 1,2 --out smoke   # a smoke run
+    python bench/multi_label.py --smoke --model-dir DIR   # both encoders and decisions, tiny (tests/test_bench_smoke.py)
 
 Prints the table and ``RESULT <model>_micro_f1=… <model>_macro_f1=… <model>_subset_accuracy=… …``.
 """
@@ -21,13 +21,15 @@ import csv
 import json
 import os
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.class_weights import evaluation, fine_tuning_options, hate_speech, select_lr, training_overrides  # noqa: E402
+from bench.class_weights import (SMOKE, evaluation, fine_tuning_options, hate_speech, select_lr,  # noqa: E402
+                                  training_overrides)
 from bench.pretrain_gain import job, paired_gain, spread  # noqa: E402
 
 METRICS = ("micro_f1", "macro_f1", "samples_f1", "subset_accuracy")
@@ -45,7 +47,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="tiny,mini")
     fine_tuning_options(p, "1,2,3", "kotune_multi_label")
-    a = p.parse_args()
+    from bench.common import parse_with_smoke
+
+    a = parse_with_smoke(p, {**SMOKE, "out": os.path.join(tempfile.gettempdir(), "kotune_multi_label_smoke")})
     data = hate_speech(a)
     seeds, lrs = [int(s) for s in a.seeds.split(",")], [float(x) for x in a.lrs.split(",")]
     print(f"load average {os.getloadavg()[0]:.1f}", flush=True)

@@ -11,7 +11,7 @@ over the seeds; the difference CRF − plain paired by seed, its mean ± paired 
 
     python bench/ner_crf.py --cache-dir CACHE                      # 5 seeds, 400 steps each
     python bench/ner_crf.py --cache-dir CACHE --model-dir CACHE/pretrain_gain/<hash>/model  # a given encoder
-    python bench/ner_crf.py --ft-steps 10 --seeds 1,2 --out smoke  # a smoke run
+    python bench/ner_crf.py --smoke [--model-dir DIR]   # pretrain_gain's --smoke settings (tests/test_bench_smoke.py)
 
 Prints a table and ``RESULT crf_entity_f1=… plain_entity_f1=… crf_gain=… crf_gain_se=… shown=…``,
 and writes ``OUT/ner_crf.json``. Finished runs in ``--out`` are reused.
@@ -22,6 +22,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,7 +30,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from bench.pretrain_compare import difference  # noqa: E402
-from bench.pretrain_gain import NER_FILE, Bench, arguments, fixed_splits, pretrain, spread  # noqa: E402
+from bench.pretrain_gain import NER_FILE, SMOKE, Bench, arguments, fixed_splits, pretrain, spread  # noqa: E402
 
 ARMS = {"plain": (), "crf": ("task.crf=true",)}  # arm → its overrides
 METRICS = ("entity_f1", "entity_f1_micro", "char_f1")
@@ -41,7 +42,9 @@ def main() -> None:
                    help="the pretrained mini encoder's directory (default: the recipe's cached pretraining, made if missing)")
     p.add_argument("--arms", default="plain,crf",
                    help="train only these arms (e.g. two processes, one per arm; then all, reusing their runs)")
-    a = p.parse_args()
+    from bench.common import parse_with_smoke
+
+    a = parse_with_smoke(p, {**SMOKE, "out": os.path.join(tempfile.gettempdir(), "kotune_ner_crf_smoke")})
     if not os.path.exists(NER_FILE):
         raise SystemExit(f"skipped: {NER_FILE} not found (../shared absent)")
     import torch

@@ -6,8 +6,11 @@ on a seeded 80 % of that file and scored on the held-out 20 %.
 
     python bench/ner_decode.py                      # kcbert + koelectra, 1 seed, ~1 h on 2 cores
     python bench/ner_decode.py --vocabs kcbert --steps 100 --seeds 1   # a quick look
+    python bench/ner_decode.py --smoke   # every cell, 2 steps of a 1-layer × 32 encoder on the first rows
 
-Prints a markdown table and writes every results.json under --out.
+Prints a markdown table, ``RESULT <vocab>_<decode>_ceiling_entity_f1=… <vocab>_<decode>_entity_f1=… …``
+(the ceiling and the trained entity F1, mean over seeds, of every cell) and writes every results.json
+under --out.
 """
 from __future__ import annotations
 
@@ -28,6 +31,9 @@ VOCABS = {"kcbert": ["model=kcbert", f"model.name_or_path={SHARED}/vocab/kcbert-
                         "model.architecture=electra"]}
 DATA = SHARED / "data" / "klue" / "klue-ner-v1.1_dev.tsv"
 KEYS = ("entity_f1", "entity_f1_micro", "char_f1", "char_f1_with_o")
+SMOKE = dict(seeds=1, steps=2, batch_size=8, layers=1, hidden=32,
+             out=os.path.join(tempfile.gettempdir(), "kotune_bench", "ner_decode_smoke"))
+SMOKE_DATA = ["data.max_train_samples=64", "data.max_eval_samples=32"]  # --smoke: appended to every job
 
 
 def compose(overrides: list[str]):
@@ -58,11 +64,14 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kotune_bench", "ner_decode"))
-    args = ap.parse_args()
+    from bench.common import parse_with_smoke
+
+    args = parse_with_smoke(ap, SMOKE)
     if not DATA.exists():
         raise SystemExit(f"../shared absent ({DATA} not found)")
     out = Path(args.out)
-    cache = [f"cache_dir={out / 'cache'}", "save_model=false", "save_predictions=false"]
+    cache = [f"cache_dir={out / 'cache'}", "save_model=false", "save_predictions=false",
+             *(SMOKE_DATA if args.smoke else [])]
     encoder = (f"+model.config_overrides={{num_hidden_layers:{args.layers},hidden_size:{args.hidden},"
                f"num_attention_heads:{max(1, args.hidden // 64)},intermediate_size:{4 * args.hidden}}}")
     rows = []
@@ -101,6 +110,9 @@ def main() -> None:
               f"{c['entity_f1_micro']:.2f} | {c['char_f1']:.2f} | {r['inexpressible']} of {r['gold_entities']} "
               f"| {cell(t['entity_f1'])} | {cell(t['entity_f1_micro'])} | {cell(t['char_f1'])} "
               f"| {cell(t['char_f1_with_o'])} |")
+    print("RESULT " + " ".join(f"{r['vocab']}_{r['decode']}_ceiling_entity_f1={r['ceiling']['entity_f1']:.2f} "
+                               f"{r['vocab']}_{r['decode']}_entity_f1={statistics.mean(r['trained']['entity_f1']):.2f}"
+                               for r in rows), flush=True)
 
 
 if __name__ == "__main__":

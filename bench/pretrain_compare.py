@@ -5,6 +5,7 @@ run's ``--out`` folder (its ``pretrain_gain.json``); the first is the baseline.
     python bench/pretrain_gain.py --tasks hate,sts,korsts --out OUT_MLM
     python bench/pretrain_gain.py --tasks hate,sts,korsts --objective mlm+nsp --out OUT_NSP
     python bench/pretrain_compare.py OUT_MLM OUT_NSP
+    python bench/pretrain_compare.py --smoke   # makes two: pretrain_gain.py --smoke (hate), mlm and mlm+nsp
 
 Per recipe: the pretraining's minutes and held-out masked-LM loss / accuracy at ``--steps`` (each
 run's own held-out rows: the same blocks and masks for every mlm recipe; an mlm+nsp run's rows are
@@ -18,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 from types import SimpleNamespace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,12 +57,33 @@ def common_held_out(args: dict, model_dir: str) -> dict:
     return score(compose(pretrain_overrides(recipe, args["cache_dir"])), model_dir)
 
 
+def smoke_outs(out: str, cache_dir: str) -> list[str]:
+    """Two ``bench/pretrain_gain.py --smoke`` runs on hate speech (mlm, mlm+nsp) under ``out``."""
+    outs = [os.path.join(out, "mlm"), os.path.join(out, "mlm_nsp")]
+    for folder, objective in zip(outs, ("mlm", "mlm+nsp")):
+        if not os.path.exists(os.path.join(folder, "pretrain_gain.json")):
+            subprocess.run([sys.executable, os.path.join(ROOT, "bench", "pretrain_gain.py"), "--smoke", "--tasks", "hate",
+                            "--curve-tasks", "", "--objective", objective, "--cache-dir", cache_dir, "--out", folder],
+                           check=True, stdout=sys.stderr)  # their RESULT lines are not this bench's
+    return outs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("outs", nargs="+", help="bench/pretrain_gain.py --out folders; the first is the baseline")
+    p.add_argument("outs", nargs="*", help="bench/pretrain_gain.py --out folders; the first is the baseline")
     p.add_argument("--steps", default="750,3000", help="pretraining steps whose held-out loss is shown")
     p.add_argument("--common", action="store_true", help="also score each final model on the baseline's held-out blocks")
-    a = p.parse_args()
+    p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kotune_pretrain_compare_smoke"),
+                   help="--smoke: where its two runs go")
+    p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")),
+                   help="--smoke: its runs' cache_dir")
+    from bench.common import parse_with_smoke
+
+    a = parse_with_smoke(p, {"steps": "2,4", "common": True})
+    if a.smoke and not a.outs:
+        a.outs = smoke_outs(a.out, a.cache_dir)
+    if not a.outs:
+        p.error("give the bench/pretrain_gain.py --out folders to compare (or --smoke)")
     runs = []
     for out in a.outs:
         path = os.path.join(out, "pretrain_gain.json")

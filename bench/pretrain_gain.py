@@ -23,7 +23,7 @@ standard errors. The downstream curve fine-tunes the pretraining's own step-0 we
 checkpoints on NER like the final model (is a gain the pretraining's or its init's?).
 
     python bench/pretrain_gain.py                      # the default budget (see --help)
-    python bench/pretrain_gain.py --pretrain-steps 20 --ft-steps 10 --seeds 1,2 --out smoke  # a smoke run
+    python bench/pretrain_gain.py --smoke               # tiny settings, every phase, in seconds (also --only-pretrain)
 
 Prints the minutes of each phase, a table, ``RESULT pretrain_minutes=… mlm_accuracy=… hate_gain=…
 hate_gain_se=… ner_gain=… ner_gain_se=… sts_gain=… sts_gain_se=…``, a PNG and the leaderboard of
@@ -57,6 +57,13 @@ KLUE_STS_DEV = f"{SHARED}/klue/klue-sts-v1.1_dev.json"
 KORSTS = f"{SHARED}/korsts/sts-train.tsv"
 METRIC = {"hate": "accuracy", "ner": "entity_f1", "sts": "pearson", "korsts": "pearson"}
 STS_SCORED = "_klue_sts_dev"  # the run dir suffix of an STS run's action=eval on KLUE STS dev
+# --smoke: every phase (pretraining, selection, seeds, curve, table, PNG, report) at the smallest size that
+# still runs it; SMOKE_DATA keeps the first rows of each fine-tuning job's splits
+SMOKE = dict(vocab=500, hidden=32, layers=1, block=32, batch=8, pretrain_steps=4, curve_points=2, curve_seeds=2,
+             ft_steps=2, ft_batch=8, ft_max_length=64, ft_lrs="1e-3", seeds="1,2",
+             out=os.path.join(tempfile.gettempdir(), "kotune_pretrain_gain_smoke"))
+SMOKE_DATA = ["data.max_train_samples=128", "data.max_eval_samples=64"]
+SMOKE_CORPUS_LINES = 2000  # --smoke pretrains on the first lines of each corpus file (smoke_corpus)
 
 
 def task_data(task: str, splits: dict[str, dict[str, str]]) -> tuple[list[str], list[str]]:
@@ -152,8 +159,24 @@ def job(overrides: list[str], run_dir: str) -> dict:
     return res
 
 
+def smoke_corpus(cache_dir: str) -> list[str]:
+    """--smoke's corpus: the first ``SMOKE_CORPUS_LINES`` lines of each CORPUS file, written once."""
+    folder, paths = os.path.join(cache_dir, "pretrain_gain", f"smoke-corpus-{SMOKE_CORPUS_LINES}"), []
+    os.makedirs(folder, exist_ok=True)
+    for source in CORPUS:
+        paths.append(os.path.join(folder, os.path.basename(source)))
+        if not os.path.exists(paths[-1]):
+            with open(source, encoding="utf-8") as f:
+                lines = [line for _, line in zip(range(SMOKE_CORPUS_LINES), f)]
+            with open(paths[-1] + ".tmp", "w", encoding="utf-8") as f:
+                f.writelines(lines)
+            os.replace(paths[-1] + ".tmp", paths[-1])
+    return paths
+
+
 def pretrain_overrides(a, cache_dir: str) -> list[str]:
-    return ["action=pretrain", "model=tiny", f"data.train_file=[{','.join(CORPUS)}]",
+    corpus = smoke_corpus(cache_dir) if getattr(a, "smoke", False) else CORPUS
+    return ["action=pretrain", "model=tiny", f"data.train_file=[{','.join(corpus)}]",
             f"model.tokenizer.vocab_size={a.vocab}", f"model.config_overrides.hidden_size={a.hidden}",
             f"model.config_overrides.num_hidden_layers={a.layers}",
             f"model.config_overrides.num_attention_heads={max(1, a.hidden // 64)}",
@@ -236,15 +259,16 @@ class Bench:
         run_dir = run_dir_of(a.out, task, init, lr, seed, tag)
         scored_later = task == "sts" and not select  # the eval job reads the saved model
         pooling = [f"mode.pooling={a.pooling}"] if a.pooling and task != "ner" else []
+        smoke = SMOKE_DATA if getattr(a, "smoke", False) else []
         res = job([*train_data, *([f"data.validation_split={a.select_split}"] if select else evaluation), *model,
                    *pooling,
                    f"train.learning_rate={lr}", f"train.seed={seed}", f"train.max_steps={a.ft_steps}",
                    f"train.batch_size={a.ft_batch}", f"train.max_length={a.ft_max_length}", "train.warmup_ratio=0.1",
-                   "save_predictions=false", f"save_model={str(scored_later).lower()}", *options], run_dir)
+                   "save_predictions=false", f"save_model={str(scored_later).lower()}", *smoke, *options], run_dir)
         if scored_later:
             res = job(["action=eval", f"checkpoint={run_dir}", "task=sts", f"data.validation_file={KLUE_STS_DEV}",
                        *model, *pooling, f"train.seed={seed}", f"train.max_length={a.ft_max_length}",
-                       "save_predictions=false"],
+                       "save_predictions=false", *smoke],
                       run_dir + STS_SCORED)
         return res
 
@@ -344,7 +368,9 @@ def arguments(description: str = __doc__, out: str = "kotune_pretrain_gain") -> 
 
 
 def main() -> None:
-    a = arguments().parse_args()
+    from bench.common import parse_with_smoke
+
+    a = parse_with_smoke(arguments(), SMOKE)
     for path in [*CORPUS, NER_FILE, KLUE_STS_DEV]:
         if not os.path.exists(path):
             raise SystemExit(f"skipped: {path} not found (../shared absent)")

@@ -9,6 +9,7 @@ weights on the same blocks of ``../shared/data/corpus``, on two shapes:
   128-token blocks, batch 8.
 
     python bench/pretrain_speed.py [--rounds 3 --steps 6 --base-steps 2 --profile]
+    python bench/pretrain_speed.py --smoke   # both shapes shrunk, 1 round of 1 step, 2,000 corpus lines
 
 Each round trains every variant ``steps`` optimizer steps after one warm-up step; a step's rate is
 block positions / the wall time between two step ends (data loading, masking, forward, backward,
@@ -42,6 +43,14 @@ SHAPES = {  # name → (BertConfig sizes, block length, batch)
     "base": ({"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
              128, 8),
 }
+
+# --smoke: both shapes shrunk (the base one keeps the KcBERT vocabulary), the corpus cut to its first lines
+SMOKE_SHAPES = {
+    "mini": ({**SHAPES["mini"][0], "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 1,
+              "intermediate_size": 64}, 32, 8),
+    "base": ({"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}, 32, 4),
+}
+SMOKE_LINES = 2000
 
 
 def step_clock():
@@ -211,7 +220,11 @@ def main() -> None:
     p.add_argument("--bf16", action="store_true", help="also kotune with train.precision=bf16 (autocast)")
     p.add_argument("--profile", action="store_true", help="print the top operators of each variant's first round")
     p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE") or tempfile.gettempdir())
-    a = p.parse_args()
+    from bench.common import parse_with_smoke
+
+    a = parse_with_smoke(p, {"rounds": 1, "steps": 1, "base_steps": 1})
+    if a.smoke:
+        SHAPES.update(SMOKE_SHAPES)
     if not all(os.path.exists(path) for path in CORPUS + [KCBERT_VOCAB]):
         raise SystemExit("skipped: ../shared absent (the corpus and the KcBERT vocabulary)")
     from kotune.runtime import quiet_libraries
@@ -222,6 +235,7 @@ def main() -> None:
     for path in CORPUS:
         with open(path, encoding="utf-8") as f:
             lines += [line.strip() for line in f if line.strip()]
+    lines = lines[:SMOKE_LINES] if a.smoke else lines
     results, paired, equal = {}, {}, True
     for name in a.shapes.split(","):
         tokenizer, rows, initial, tokens_per_step, batch = shape_setup(name, lines, a.cache_dir)

@@ -7,6 +7,7 @@ pairs, is compared on the same text; plus its own held-out next-sentence accurac
 
     python bench/pretrain_variants.py --steps 300
     python bench/pretrain_variants.py --steps 750 --variants mlm:random,mlm:tied_qk,mlm:mimetic
+    python bench/pretrain_variants.py --smoke   # every variant, 4 steps of a 1-layer × 32 recipe, 2,000 lines a file
 
 Prints one row per variant and ``RESULT variant=… mlm_loss=… mlm_accuracy=… nsp_accuracy=…``.
 Runs are cached under ``cache_dir/pretrain_variants/<recipe hash>`` (never in the project).
@@ -27,6 +28,8 @@ from bench.pretrain_gain import CORPUS, compose, job, pretrain_overrides  # noqa
 
 MINI = dict(vocab=2000, hidden=128, layers=2, block=64, batch=64, lr=1e-3, dropout=0.0, ft_max_length=128,
             position_init="sinusoidal")
+# --smoke: the recipe shrunk as bench/pretrain_gain.py's --smoke shrinks it
+SMOKE_MINI = {**MINI, "vocab": 500, "hidden": 32, "layers": 1, "block": 32, "batch": 8, "ft_max_length": 64}
 
 
 def common_held_out(cfg, model_dir: str) -> dict:
@@ -51,13 +54,16 @@ def main() -> None:
     p.add_argument("--variants", default="mlm:random,mlm:tied_qk,mlm:mimetic,mlm+nsp:tied_qk",
                    help="objective:attention_init, comma-separated")
     p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
-    a = p.parse_args()
+    from bench.common import parse_with_smoke
     from tasks.base import fingerprint
+
+    a = parse_with_smoke(p, {"steps": 4})
+    mini = SMOKE_MINI if a.smoke else MINI
 
     print(f"{'variant':<18} {'minutes':>7} {'MLM loss':>8} {'MLM acc %':>9} {'NSP acc % (before → after)':>40}")
     for variant in a.variants.split(","):
         objective, init = variant.split(":")
-        recipe = SimpleNamespace(**MINI, attention_init=init, pretrain_steps=a.steps, objective=objective)
+        recipe = SimpleNamespace(**mini, attention_init=init, pretrain_steps=a.steps, objective=objective, smoke=a.smoke)
         overrides = pretrain_overrides(recipe, a.cache_dir)
         run_dir = os.path.join(a.cache_dir, "pretrain_variants", fingerprint(overrides)[:12])
         res = job(overrides, run_dir)

@@ -16,7 +16,7 @@ deep stack gives anyway. Sequence and pair heads read the masked mean of the tok
 next-sentence training the [CLS] vector has no sentence-level objective behind it).
 
     python bench/probe_layers.py                       # 6 × 128, 4,000 pretraining steps, seeds 1-3
-    python bench/probe_layers.py --pretrain-steps 20 --head-steps 10 --seeds 1 --out smoke  # a smoke run
+    python bench/probe_layers.py --smoke    # every task and init: 4 layers × 32, 4 + 2 steps, the first rows
 
 Prints each task's table, ``RESULT probe_best_ner=… probe_best_layer_ner=… …`` (the best choice and
 the best single layer per task) and writes ``OUT/probe_layers.png`` (a panel per task) and
@@ -42,6 +42,10 @@ from bench.pretrain_gain import (CORPUS, KLUE_STS_DEV, KORSTS, NER_FILE, fixed_s
                                  task_data)
 
 TASKS = ("ner", "sts", "korsts", "hate")
+SMOKE = dict(layers=4, hidden=32, pretrain_steps=4, seeds="1", head_steps=2, head_batch=8,
+             out=os.path.join(tempfile.gettempdir(), "kotune_probe_layers_smoke"))
+SMOKE_RECIPE = dict(vocab=500, block=32, batch=8, smoke=True)  # the pretraining, as bench/pretrain_gain.py's --smoke
+SMOKE_DATA = ["data.max_train_samples=128", "data.max_eval_samples=64"]  # appended to every probe job
 
 
 def klue_sts_as_tsv(cache_dir: str) -> str:
@@ -84,7 +88,9 @@ def main() -> None:
     p.add_argument("--no-twin", action="store_true", help="skip the random-init twin's probes")
     p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kotune_probe_layers"))
-    a = p.parse_args()
+    from bench.common import parse_with_smoke
+
+    a = parse_with_smoke(p, SMOKE)
     for path in [*CORPUS, NER_FILE, KLUE_STS_DEV, KORSTS]:
         if not os.path.exists(path):
             raise SystemExit(f"skipped: {path} not found (../shared absent)")
@@ -98,6 +104,8 @@ def main() -> None:
                              position_init="sinusoidal", attention_init=a.attention_init, objective="mlm",
                              pretrain_steps=a.pretrain_steps, curve_points=4, ft_max_length=128,
                              cache_dir=a.cache_dir)
+    if a.smoke:
+        vars(recipe).update(SMOKE_RECIPE)
     pre, model_dir = pretrain(recipe, a.cache_dir)
     print(f"encoder: {a.layers} layers × {a.hidden}, {pre['train_steps']} steps in {pre['train_runtime_s'] / 60:.1f} "
           f"min, held-out masked accuracy {pre['initial_metrics']['mlm_accuracy']:.2f} → "
@@ -113,7 +121,8 @@ def main() -> None:
             res = job(["action=probe", "mode=frozen", *probe_overrides(task, splits, a.cache_dir), *model,
                        f"probe.seeds=[{','.join(map(str, seeds))}]", f"train.max_steps={a.head_steps}",
                        f"train.learning_rate={a.head_lr}", f"train.batch_size={a.head_batch}", "train.max_length=128",
-                       "train.warmup_ratio=0.1", "save_predictions=false", "save_model=false"],
+                       "train.warmup_ratio=0.1", "save_predictions=false", "save_model=false",
+                       *(SMOKE_DATA if a.smoke else [])],
                       os.path.join(a.out, f"probe_{task}_{init}"))
             r = res["probe"]
             summary[init][task] = {"best": r["best_on_validation"], "best_layer": best_single(r["rows"]),

@@ -2,7 +2,8 @@
 on ONNX Runtime (fp32, dynamic int8), plus the HTTP server batched against one-at-a-time.
 
     python bench/serve_speed.py             # base shape + tiny, demo dev and 300 KLUE NLI pairs (< ~10 min idle)
-    python bench/serve_speed.py --quick     # smoke run: 48 texts, tiny only (~2 min idle)
+    python bench/serve_speed.py --quick     # 48 texts, tiny only (~2 min idle)
+    python bench/serve_speed.py --smoke     # every phase, the server included: tiny, 2 steps, 16 texts
 
 Models (one process, ``--threads`` intra-op threads for torch and onnxruntime alike):
 
@@ -237,7 +238,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--no-serve", action="store_true", help="skip the HTTP server comparison")
     p.add_argument("--work", type=Path, default=None, help="working directory (default: a temporary one)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--smoke", action="store_true",
+                   help="as --quick with 2 training steps, 16 texts and 3 latency samples: every phase in seconds")
     args = p.parse_args(argv)
+    args.quick = args.quick or args.smoke
     import torch
 
     from kotune.runtime import quiet_libraries
@@ -246,12 +250,13 @@ def main(argv: list[str] | None = None) -> dict:
     quiet_libraries()
     work = args.work or Path(tempfile.mkdtemp(prefix="serve_speed-"))
     cache = work / "cache"
-    n_demo = 48 if args.quick else args.demo_n
-    n_nli = 48 if args.quick else args.nli_pairs
-    latency_n = 10 if args.quick else args.latency_n
+    n_demo = 16 if args.smoke else 48 if args.quick else args.demo_n
+    n_nli = 16 if args.smoke else 48 if args.quick else args.nli_pairs
+    latency_n = 3 if args.smoke else 10 if args.quick else args.latency_n
+    tiny_steps = 2 if args.smoke else 150 if args.quick else args.tiny_steps
     started, load = time.time(), os.getloadavg()[0]
-    models = [prepare("tiny-demo", ["model=tiny"], "demo", 150 if args.quick else args.tiny_steps, n_demo, work, cache),
-              prepare("tiny-nli", ["model=tiny"], "nli", 30, n_nli, work, cache)]
+    models = [prepare("tiny-demo", ["model=tiny"], "demo", tiny_steps, n_demo, work, cache),
+              prepare("tiny-nli", ["model=tiny"], "nli", 2 if args.smoke else 30, n_nli, work, cache)]
     if not args.quick:
         models += [prepare("base-demo", BASE, "demo", 1, n_demo, work, cache),
                    prepare("base-nli", BASE, "nli", 1, n_nli, work, cache)]

@@ -22,7 +22,7 @@ Over seeds: the ratios none/median of wall time and steps, and the paired differ
 score (median − none) with its standard error; "shown" only beyond 2 SE.
 
     python bench/sweep_pruning.py                          # 10 trials × 300 steps, seeds 0 1 2
-    python bench/sweep_pruning.py --trials 6 --steps 40 --seeds 0 --out smoke   # a smoke run
+    python bench/sweep_pruning.py --smoke   # 2 trials × 4 steps on 32 rows, seed 0, pruning after 1 trial
 
 Prints a table and ``RESULT sweep_pruning_wall_ratio=… steps_ratio=… best_diff=… se=… shown=…``;
 writes OUT/sweep_pruning.json. A finished sweep in OUT is reused (its study is complete: the command
@@ -44,6 +44,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 ARMS = ("none", "median")
+# --smoke: 32 training rows (an epoch of 4 steps: an evaluation every step) and the median pruner's start after
+# one finished trial instead of 5, so that the second trial can be pruned
+SMOKE = dict(trials=2, steps=4, batch_size=8, seeds=[0],
+             out=os.path.join(tempfile.gettempdir(), "kotune_sweep_pruning_smoke"))
+SMOKE_OVERRIDES = ["data.max_train_samples=32", "data.max_eval_samples=32", "hydra.sweeper.pruner_startup_trials=1"]
 
 
 def sweep_command(arm: str, seed: int, args, sweep_dir: str) -> list[str]:
@@ -51,7 +56,7 @@ def sweep_command(arm: str, seed: int, args, sweep_dir: str) -> list[str]:
             f"train.max_steps={args.steps}", "train.select_best=true", f"train.evals_per_epoch={args.evals_per_epoch}",
             f"train.batch_size={args.batch_size}", f"train.learning_rate={args.lr_range}", f"hparams_search.pruner={arm}",
             f"hparams_search.n_trials={args.trials}", f"hydra.sweeper.sampler.seed={seed}", "save_model=false",
-            f"hydra.sweep.dir={sweep_dir}", f"cache_dir={args.cache_dir}"]
+            f"hydra.sweep.dir={sweep_dir}", f"cache_dir={args.cache_dir}", *(SMOKE_OVERRIDES if args.smoke else [])]
 
 
 def read_sweep(sweep_dir: str) -> dict:
@@ -108,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the sampler's seeds (one pair each)")
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kotune_sweep_pruning"))
     parser.add_argument("--cache-dir", default=None, help="tokenizer/feature cache (default OUT/cache)")
-    args = parser.parse_args(argv)
+    from bench.common import parse_with_smoke
+
+    args = parse_with_smoke(parser, SMOKE, argv)
     args.out = os.path.abspath(args.out)
     args.cache_dir = args.cache_dir or os.path.join(args.out, "cache")
     os.makedirs(args.out, exist_ok=True)

@@ -2,6 +2,7 @@
 
     python bench/throughput.py            # base-size encoder (< 10 min on 2 CPU cores)
     python bench/throughput.py --small    # 2-layer encoder, quick (< 2 min)
+    python bench/throughput.py --smoke    # every phase on a 1-layer × 32 encoder and 128 rows per task
 
 Both pipelines train and evaluate the *same* encoder (BERT-base shape from
 ../shared/vocab/kcbert-base/config.json with 512 positions, random init, same seed), on the same
@@ -86,6 +87,16 @@ SMALL = ["model.config_overrides.num_hidden_layers=2", "model.config_overrides.h
 # trains at 510 tokens)
 QUALITY = {"nli": {"train": 768, "eval": 480, "steps": 24, "batch": 32},
            "ner": {"train": 400, "eval": 300, "steps": 50, "batch": 8}}
+# --smoke: the small encoder shrunk again, the first rows of each split, the same-science check at 2 steps,
+# the matmul rate on one small shape
+SMOKE_SMALL = ["model.config_overrides.num_hidden_layers=1", "model.config_overrides.hidden_size=32",
+               "model.config_overrides.num_attention_heads=1", "model.config_overrides.intermediate_size=64"]
+SMOKE_DATA = ["data.max_train_samples=128", "data.max_eval_samples=128"]
+SMOKE_QUALITY = {"nli": {"train": 64, "eval": 32, "steps": 2, "batch": 8},
+                 "ner": {"train": 64, "eval": 32, "steps": 2, "batch": 8}}
+SMOKE_PEAK = {"repeats": 1, "budget_s": 0.1, "shapes": ((256, 256, 256),)}
+EXTRA: list[str] = []  # SMOKE_DATA under --smoke
+PEAK: dict = {}  # SMOKE_PEAK under --smoke
 
 
 STARTED = time.perf_counter()
@@ -119,7 +130,7 @@ class Bench:
                             f"data.validation_file={path}", f"train.max_length={spec['max_length']}",
                             f"train.batch_size={spec['batch']}", f"train.eval_batch_size={spec['eval_batch']}",
                             f"train.precision={args.precision}", "train.warmup_ratio=0", "train.logging_steps=1000",
-                            "save_model=false", f"cache_dir={workdir}/cache", *extra])
+                            "save_model=false", f"cache_dir={workdir}/cache", *EXTRA, *extra])
         self.built = build(self.cfg, ("train", "validation"))
         self.model = self.built.model
         self.init_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
@@ -448,7 +459,7 @@ def quick_peak(dtype: torch.dtype) -> float:
     """The matmul rate right now (one FFN-shaped GEMM, ~0.3 s): on a CPU shared with other jobs
     the rate a phase could get moves with their load, so each phase's MFU is taken against the
     mean of the rates measured just before and just after it."""
-    return matmul_peak(dtype, repeats=3, budget_s=1.0, shapes=((4096, 768, 3072),))
+    return matmul_peak(dtype, **{"repeats": 3, "budget_s": 1.0, "shapes": ((4096, 768, 3072),), **PEAK})
 
 
 def agreement(a: list, b: list) -> float:
@@ -473,7 +484,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quality-seeds", default="1,2")
     parser.add_argument("--out", default=None, help="write throughput.json here (default: a temp dir)")
     parser.add_argument("--seed", type=int, default=42)
-    args = parser.parse_args(argv)
+    from bench.common import parse_with_smoke
+
+    args = parse_with_smoke(parser, {"small": True, "rounds": 1, "train_batches": 1, "eval_batches": 1,
+                                     "recipe_batches": 1}, argv)
+    if args.smoke:
+        SMALL[:], EXTRA[:] = SMOKE_SMALL, SMOKE_DATA
+        QUALITY.update(SMOKE_QUALITY)
+        PEAK.update(SMOKE_PEAK)
     args.quality_seeds = [int(s) for s in args.quality_seeds.split(",")]
     if not SHARED.exists():
         sys.exit(f"error: ../shared absent ({SHARED}): the benchmark reads KLUE dev files from it")
@@ -504,7 +522,7 @@ def main(argv: list[str] | None = None) -> dict:
         # warm-up (untimed): thread pools, allocator, kernel choice
         run_train(bench, "kotune", plan[name]["train"][:1], workdir, args.seed)
 
-    peaks = [matmul_peak(dtype)]
+    peaks = [matmul_peak(dtype, **PEAK)]
     rec: dict = {n: {p: {"train": [], "eval": []} for p in ("kotune", "recipe")} for n in benches}
     agree: dict = {n: [] for n in benches}
     gaps: dict = {n: [] for n in benches}
@@ -529,7 +547,7 @@ def main(argv: list[str] | None = None) -> dict:
                     f"eval {ev['samples'] / ev['s']:.2f} samples/s")
             agree[name].append(agreement(preds["kotune"]["outputs"], preds["recipe"]["outputs"]))
             gaps[name].append(max_logit_gap(bench, preds["kotune"], preds["recipe"]))
-        peaks.append(matmul_peak(dtype))
+        peaks.append(matmul_peak(dtype, **PEAK))
     peak = max(peaks)
 
     report = {"encoder": "small" if args.small else "base", "precision": args.precision, "rounds": args.rounds,
