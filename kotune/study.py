@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 import warnings
 from typing import Any
 
 from hydra.errors import ConfigCompositionException
+
+from tasks.redact import mask_credentials
 
 FAILED_SCORE = 1e9  # kotune.cli.worst_score's magnitude: a failed job
 # what makes a study one search (kotune/study.py check_same_search): a worker with another one refuses
@@ -19,11 +20,6 @@ DATA_ATTR = "kotune_data"  # the data files the trials read, with their sha256
 FIXED_ATTR = "kotune_fixed_overrides"  # the overrides every trial gets
 NOT_THE_SEARCH = ("data.train_file", "data.validation_file", "cache_dir", "save_model", "save_predictions",
                   "keep_going_on_bugs")
-
-
-def without_password(url: str) -> str:
-    """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db``."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", str(url))
 
 
 def open_study(storage_url: str | None, study_name: str | None, direction: str, sampler: Any,
@@ -42,7 +38,7 @@ def open_study(storage_url: str | None, study_name: str | None, direction: str, 
         except Exception as e:  # noqa: BLE001 - any driver's connection error: one line, no password
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ConfigCompositionException(
-                f"hparams_search.storage: cannot open {without_password(storage_url)}: {reason[:200]}") from None
+                f"hparams_search.storage: cannot open {mask_credentials(storage_url)}: {reason[:200]}") from None
     return optuna.create_study(study_name=study_name, storage=storage, sampler=sampler, direction=direction,
                                pruner=pruner or optuna.pruners.NopPruner(), load_if_exists=True)
 
@@ -113,7 +109,7 @@ def check_same_search(study, storage_url: str | None, space: dict[str, Any], dat
     if not differ and stored[DATA_ATTR] != mine[DATA_ATTR]:
         study.set_user_attr(DATA_ATTR, mine[DATA_ATTR])  # a file unreadable then (every trial failed), read now
     if differ:
-        where = without_password(storage_url) if storage_url else "memory"
+        where = mask_credentials(storage_url) if storage_url else "memory"
         raise ConfigCompositionException(
             f"study '{study.study_name}' in {where} was made for {'; for '.join(differ)}: give this search its "
             "own hparams_search.study_name or hparams_search.storage (a larger n_trials or other n_jobs "
