@@ -22,11 +22,12 @@ from tasks.errors import ConfigError
 from tasks.io import write_jsonl_atomic
 from tasks.log import log
 
-REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "trainable_params", "total_params", "head_params",
-               "mix_params",
+REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "n_select", "trainable_params", "total_params",
+               "head_params", "mix_params",
                "max_length", "layers", "indices", "scalar_mix", "pooling", "cache", "encode_s",
                "head_train_s", "train_samples_per_second", "train_loss", "eval_samples_per_second",
-               "checkpoint", "onnx_file", "resumed_from", "best_step", "metrics_last", "early_stopping", "pruned",
+               "checkpoint", "onnx_file", "resumed_from", "best_step", "selected_on", "metrics_last", "early_stopping",
+               "pruned",
                "class_weights",
                "decision", "predictions_file", "metrics", "data")
 

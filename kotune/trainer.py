@@ -240,15 +240,17 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
     from tasks.collate import in_order, length_order, restore_order
 
     task = b.task
-    val = b.features.get("validation")
+    # evaluations during training: on the validation split, or on the slice held out of the training
+    # folds to select on (data.fold_selection=inner), which the fold scored at the end never is
+    evaluated = "select" if "select" in b.features else "validation"
+    val = b.features.get(evaluated)
     train = b.features.get("train")
     do_eval = val is not None and train is not None and (cfg.train.eval_strategy != "no" or cfg.train.get("select_best"))
     val_order = length_order(val) if do_eval else None  # sorted batches, as in predict()
 
     def compute_metrics(p) -> dict:
         predictions = restore_order(p.predictions, val_order)
-        return task.score(task.decode(predictions, val, b.splits["validation"].examples),
-                          b.splits["validation"].examples)
+        return task.score(task.decode(predictions, val, b.splits[evaluated].examples), b.splits[evaluated].examples)
 
     def tune_decision(trainer: KotuneTrainer) -> None:
         """Each evaluation decides as the end of training will: a task that fits its decision on
@@ -268,7 +270,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
         args=training_arguments(cfg, run_dir, list(b.model.head.label_fields), do_eval, steps_per_epoch,
                                 task.main_metric, task.greater_is_better),
         train_dataset=b.inputs.get("train"),
-        eval_dataset=in_order(b.inputs["validation"], val_order) if do_eval else None,
+        eval_dataset=in_order(b.inputs[evaluated], val_order) if do_eval else None,
         data_collator=make_collator(b.tokenizer, cfg),
         compute_metrics=compute_metrics if do_eval else None,
         before_evaluation=tune_decision if do_eval and "tune" in b.features else None,

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from omegaconf import DictConfig, ListConfig
 
 from tasks.errors import ConfigError, DataError
-from tasks.folds import assign_folds, fold_settings
+from tasks.folds import assign_folds, fold_selection, fold_settings, fold_stratum
 from tasks.io import ReadOptions, has_columns, load_hub_split, sha256_of
 from tasks.log import log
 
@@ -295,12 +295,17 @@ def sample_file(task_cfg: DictConfig, split: str) -> str:
 
 
 def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) -> dict[str, Split]:
-    """Read the splits in ``need`` ('train', 'validation', 'predict') from files, samples or hub."""
+    """Read the splits in ``need`` ('train', 'validation', 'predict'; 'select': where action=train
+    selects its checkpoint when not on the validation split) from files, samples or hub."""
     files = {"train": data.get("train_file"), "validation": data.get("validation_file"),
              "predict": data.get("predict_file")}
     holdout = float(data.get("validation_split") or 0.0)
     folds = fold_settings(data)  # (K, i) for data.folds=K data.fold=i, else None
+    selection = fold_selection(data)
     wants = [s for s in ("train", "validation") if s in need]
+    if selection == "inner" and "train" in wants and "select" not in need:
+        raise ConfigError("data.fold_selection=inner holds out a slice of the training folds to select action=train's "
+                          "checkpoint on (train.select_best=true): drop it here")
     if holdout and files["validation"] and wants:
         raise ConfigError(f"data.validation_split={holdout} and data.validation_file={files['validation']} "
                           "are both set: keep one (data.validation_file=null holds out part of the train file)")
@@ -353,8 +358,14 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
                 if "validation" in wants:
                     out["validation"] = from_file(files["validation"])
             elif folds:
-                out["train"], out["validation"] = _fold(train, *folds, int(data.get("fold_seed") or 0),
-                                                        task.split_group)
+                fold_seed = int(data.get("fold_seed") or 0)
+                stratify = data.get("fold_stratify", True)
+                out["train"], out["validation"] = _fold(train, *folds, fold_seed, task.split_group,
+                                                        (lambda ex: fold_stratum(task, ex)) if stratify else
+                                                        (lambda ex: None))
+                if selection == "inner" and "select" in need:  # checkpoints selected here, never on the fold scored
+                    out["train"], out["select"] = _holdout(out["train"], float(data.get("inner_split") or 0.1),
+                                                           fold_seed, task.split_group, name="select")
             elif holdout > 0:
                 out["train"], out["validation"] = _holdout(train, holdout, seed, task.split_group)
             else:
@@ -385,8 +396,8 @@ def _holdout(train: Split, fraction: float, seed: int, group=lambda ex: None,
              name: str = "validation") -> tuple[Split, Split]:
     """A seeded ``fraction`` of whole groups (``Task.split_group``; rows without one are groups of
     one, split exactly as a shuffle of the rows); ``name``: validation (``data.validation_split``)
-    or tune (a task's ``tune_fraction``)."""
-    option = "data.validation_split" if name == "validation" else "task.tune_fraction"
+    or tune (a task's ``tune_fraction``) or select (``data.inner_split``, ``data.fold_selection=inner``)."""
+    option = {"validation": "data.validation_split", "tune": "task.tune_fraction", "select": "data.inner_split"}[name]
     if not 0 < fraction < 1:
         raise ConfigError(f"{option} must be between 0 and 1, got {fraction}")
     groups: dict[Any, list[int]] = {}
@@ -412,10 +423,13 @@ def _holdout(train: Split, fraction: float, seed: int, group=lambda ex: None,
                   dict(src, part="held-out" if name == "validation" else name)))
 
 
-def _fold(train: Split, folds: int, fold: int, seed: int, group=lambda ex: None) -> tuple[Split, Split]:
-    """Cross-validation: fold ``fold`` of ``folds`` (tasks/folds.py: whole groups, seeded by
-    ``data.fold_seed``, the same partition for every fold and training seed) is the validation split."""
-    assignment = assign_folds([group(ex) for ex in train.examples], folds, seed)
+def _fold(train: Split, folds: int, fold: int, seed: int, group=lambda ex: None,
+          stratum=lambda ex: None) -> tuple[Split, Split]:
+    """Cross-validation: fold ``fold`` of ``folds`` (tasks/folds.py: whole groups, stratified by
+    ``stratum`` (the label), seeded by ``data.fold_seed``, the same partition for every fold and
+    training seed) is the validation split."""
+    assignment = assign_folds([group(ex) for ex in train.examples], folds, seed,
+                              [stratum(ex) for ex in train.examples])
     if len(set(assignment)) < folds:
         raise DataError(train.where, None, f"data.folds={folds}: the rows form {len(set(assignment))} group(s), "
                                            f"fewer than the {folds} folds")

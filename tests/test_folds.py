@@ -33,6 +33,65 @@ def test_assigned_folds_partition_the_rows_keep_groups_whole_and_balance_sizes()
     assert max(sizes) - min(sizes) <= largest
 
 
+def share_gap(folds: list[int], labels: list[str], k: int) -> float:
+    """The largest gap, in points, between a class's share of a fold and its share of the file."""
+    gaps = []
+    for f in range(k):
+        fold = [y for y, a in zip(labels, folds) if a == f]
+        gaps += [abs(100 * fold.count(c) / len(fold) - 100 * labels.count(c) / len(labels)) for c in set(labels)]
+    return max(gaps)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_folds_are_stratified_by_label(seed):
+    """Rows without groups are dealt class by class: each class's count in each fold, and each
+    fold's size, differ by at most one; the partition still moves with the seed."""
+    from tasks.folds import assign_folds
+
+    rng = random.Random(seed)
+    labels = rng.choices(["none", "offensive", "hate", "rare"], weights=[50, 30, 17, 3], k=203)
+    folds = assign_folds([None] * len(labels), 5, seed, labels)
+    for c in set(labels):
+        counts = [sum(1 for y, f in zip(labels, folds) if y == c and f == k) for k in range(5)]
+        assert max(counts) - min(counts) <= 1, (c, counts)
+    sizes = [folds.count(k) for k in range(5)]
+    assert max(sizes) - min(sizes) <= 1
+    assert folds == assign_folds([None] * len(labels), 5, seed, labels) != assign_folds([None] * len(labels), 5,
+                                                                                          seed + 1, labels)
+    assert share_gap(folds, labels, 5) < share_gap(assign_folds([None] * len(labels), 5, seed), labels, 5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stratified_folds_keep_groups_whole_and_nearer_the_class_shares(seed):
+    from tasks.folds import assign_folds
+
+    rng = random.Random(seed)
+    groups, labels = [], []
+    for g in range(80):  # writers of 1-4 comments, mostly of one class
+        main = rng.choices(["none", "offensive", "hate"], weights=[50, 32, 18])[0]
+        for _ in range(rng.randint(1, 4)):
+            groups.append(f"w{g}")
+            labels.append(main if rng.random() < 0.8 else rng.choice(["none", "offensive", "hate"]))
+    folds = assign_folds(groups, 5, seed, labels)
+    for g in set(groups):
+        assert len({f for f, key in zip(folds, groups) if key == g}) == 1, g
+    sizes = [folds.count(k) for k in range(5)]
+    assert max(sizes) - min(sizes) <= 4  # the largest group
+    assert share_gap(folds, labels, 5) < share_gap(assign_folds(groups, 5, seed), labels, 5)
+
+
+def test_what_folds_are_stratified_by():
+    from tasks import build_task
+    from tasks.folds import fold_stratum
+
+    text_cls, sts = (build_task(compose([f"task={t}"]).task) for t in ("text_cls", "sts"))
+    multi, ner = (build_task(compose([f"task={t}"]).task) for t in ("multi_label", "ner"))
+    assert fold_stratum(text_cls, {"label": "pos"}) == "pos"
+    assert fold_stratum(sts, {"label": 3.2}) is None  # a regression target: not stratified
+    assert fold_stratum(multi, {"label": ["b", "a"]}) == ("a", "b") == fold_stratum(multi, {"label": ["a", "b"]})
+    assert fold_stratum(ner, {"tokens": ["가"], "tags": ["O"]}) is None
+
+
 def grouped_file(tmp_path: Path) -> Path:
     path = tmp_path / "train.tsv"
     rows = [(f"문장 {i}번은 {'좋다' if i % 3 else '나쁘다'}", "pos" if i % 3 else "neg", f"writer{i % 7}") for i in range(41)]
@@ -81,6 +140,80 @@ def test_folds_that_do_not_fit_are_one_line_errors(tmp_path, settings, error):
         load_splits(task, OmegaConf.create({"train_file": str(grouped_file(tmp_path)), **settings}),
                     ("train", "validation"), seed=1)
     assert error in str(e.value) and "\n" not in str(e.value)
+
+
+def test_fold_labels_follow_the_files_shares(tmp_path):
+    """Through load_splits: each validation fold of the 41-row file (27 pos, 14 neg) holds 5 or 6
+    pos and 2 or 3 neg."""
+    from tasks import build_task
+    from tasks.base import load_splits
+
+    task = build_task(compose(["task=text_cls"]).task)
+    for fold in range(5):
+        data = OmegaConf.create({"train_file": str(grouped_file(tmp_path)), "folds": 5, "fold": fold})
+        held = [ex["label"] for ex in load_splits(task, data, ("train", "validation"), seed=1)["validation"].examples]
+        assert held.count("pos") in (5, 6) and held.count("neg") in (2, 3), held
+    # fold_stratify=false: the plain shuffle's partition, as before stratification
+    plain = [load_splits(task, OmegaConf.create({"train_file": str(grouped_file(tmp_path)), "folds": 5, "fold": f,
+                                                 "fold_stratify": False}), ("train", "validation"), seed=1)
+             for f in range(5)]
+    from tasks.folds import assign_folds
+
+    every = plain[0]["train"].examples + plain[0]["validation"].examples
+    order = {ex["id"]: i for i, ex in enumerate(task.read_file(str(grouped_file(tmp_path))))}
+    expected = assign_folds([None] * len(every), 5, 0)
+    for f, splits in enumerate(plain):
+        assert sorted(order[ex["id"]] for ex in splits["validation"].examples) == [i for i, a in enumerate(expected) if a == f]
+
+
+SAMPLE_CV = ["task=text_cls", "model=tiny", "data=sample", "data.folds=3", "data.fold=0", "train.max_steps=4",
+             "train.batch_size=16", "train.select_best=true", "save_model=false"]
+
+
+def test_a_fold_selects_on_the_fold_it_reports_and_says_so(run_job, tmp_path):
+    from conftest import assert_best_evaluation_kept
+
+    res = run_job(SAMPLE_CV, "fold")
+    assert res["status"] == "ok", res.get("error")
+    assert res["selected_on"] == "validation fold" and res["n_select"] is None
+    assert_best_evaluation_kept(tmp_path / "fold", res)  # the reported score is the selecting one
+    plain = run_job(["task=text_cls", "model=tiny", "data=sample", "train.max_steps=1", "save_model=false"], "plain")
+    assert plain["selected_on"] is None
+
+
+def test_inner_selection_holds_a_slice_of_the_training_folds_out(run_job, tmp_path):
+    """data.fold_selection=inner: the checkpoint is selected on a seeded slice of the training folds
+    (data.inner_split), held out of training; the validation fold is only scored."""
+    from kotune.build import build
+    from kotune.trainer import make_trainer
+
+    res = run_job([*SAMPLE_CV, "data.fold_selection=inner", "data.inner_split=0.2"], "inner")
+    assert res["status"] == "ok", res.get("error")
+    assert res["selected_on"] == "inner slice of the training folds"
+    assert res["n_train"] + res["n_select"] + res["n_eval"] == 80 and res["n_select"] == round(0.2 * (80 - res["n_eval"]))
+    assert res["data"]["select"]["part"] == "select" and res["data"]["validation"]["part"] == "fold 0"
+
+    cfg = compose([*SAMPLE_CV, "data.fold_selection=inner", "data.inner_split=0.2"])
+    b = build(cfg, ("train", "validation", "select"))
+    ids = {s: {ex["id"] for ex in b.splits[s].examples} for s in ("train", "validation", "select")}
+    assert not ids["select"] & ids["validation"] and not ids["select"] & ids["train"]
+    trainer = make_trainer(cfg, b, str(tmp_path / "t"))
+    assert len(trainer.eval_dataset) == len(ids["select"])  # evaluations during training: the slice, not the fold
+    again = build(cfg, ("train", "validation", "select"))  # seeded (data.fold_seed): the same slice
+    assert {ex["id"] for ex in again.splits["select"].examples} == ids["select"]
+
+
+@pytest.mark.parametrize("settings,error", [
+    (["data.fold_selection=inner", "train.select_best=false"], "data.fold_selection=inner holds out a slice of the "
+                                                                "training folds to select the checkpoint on: it needs "
+                                                                "train.select_best=true"),
+    (["data.folds=null", "data.fold=null", "data.fold_selection=inner"], "data.fold_selection=inner selects a "
+                                                                          "cross-validation fold's checkpoint"),
+    (["data.fold_selection=outer"], "data.fold_selection=outer: expected fold"),
+])
+def test_fold_selection_mistakes_are_one_line_errors(run_job, settings, error):
+    res = run_job([*SAMPLE_CV, *settings])
+    assert res["status"] == "failed" and "\n" not in res["error"] and error in res["error"], res["error"]
 
 
 def test_a_task_whose_format_has_no_group_column_refuses_one(run_job):

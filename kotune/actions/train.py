@@ -10,12 +10,30 @@ from omegaconf import DictConfig
 from kotune import early_stopping
 from kotune.build import build
 from kotune.runtime import local_rank_zero_first
+from tasks.errors import ConfigError
+from tasks.folds import SELECTIONS
 from tasks.log import log
 
 
+def selected_on(cfg: DictConfig) -> str | None:
+    """Where ``train.select_best`` picks the checkpoint (results.json ``selected_on``): the
+    validation split, a cross-validation run's validation fold (the one it reports: an optimistic
+    score), or a slice of the training folds (``data.fold_selection=inner``); None without selection."""
+    from tasks.folds import fold_selection
+
+    selection = fold_selection(cfg.data)
+    if selection == "inner" and not cfg.train.get("select_best"):
+        raise ConfigError("data.fold_selection=inner holds out a slice of the training folds to select the checkpoint "
+                          "on: it needs train.select_best=true")
+    if not cfg.train.get("select_best"):
+        return None
+    return SELECTIONS[selection] if cfg.data.get("folds") is not None else "validation split"
+
+
 def run(cfg: DictConfig, run_dir: str) -> dict:
+    selection = selected_on(cfg)
     with local_rank_zero_first():
-        b = build(cfg, ("train", "validation"))
+        b = build(cfg, ("train", "validation", "select") if selection == SELECTIONS["inner"] else ("train", "validation"))
     # after build: a data or config mistake is answered before transformers' Trainer (and peft,
     # accelerate) load, seconds of every failing command
     from kotune import pruning
@@ -42,7 +60,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
                      train_samples_per_second=train_metrics.get("train_samples_per_second"),
                      head_train_s=train_metrics.get("train_runtime"),
                      resumed_from=resumed_from, early_stopping=early_stopping.report(trainer, cfg),
-                     pruned=pruning.report(trainer), **best)
+                     pruned=pruning.report(trainer), selected_on=selection, **best)
     if res["pruned"]:
         log(f"pruned at evaluation {res['pruned']['evaluation']} (step {res['pruned']['step']} of "
             f"{res['pruned']['max_steps']}): no model saved")
