@@ -258,8 +258,12 @@ class KotuneModel(nn.Module):
         if not os.path.exists(spec_path):
             raise KotuneError(f"{directory}: no saved kotune model (kotune.json missing); "
                               "point checkpoint= at a run directory's model/ or the run directory")
+        from heads.artifact import check_files, check_model_spec, parse
+
         with open(spec_path, encoding="utf-8") as f:
-            return json.load(f)
+            spec = check_model_spec(parse(f.read(), spec_path), spec_path)  # data only: heads/artifact.py
+        check_files(directory, directory)
+        return spec
 
     @classmethod
     def load(cls, directory: str) -> "KotuneModel":

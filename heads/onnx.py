@@ -15,7 +15,6 @@ labels and task options: what kotune's decoding needs) and the model card (READM
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import warnings
@@ -134,8 +133,12 @@ class OnnxModel:
     def __init__(self, directory: str, file: str | None = None, threads: int | None = None):
         import onnxruntime as ort
 
-        with open(os.path.join(directory, EXPORT_FILE), encoding="utf-8") as f:
-            spec = json.load(f)
+        from heads.artifact import check_export_spec, check_files, parse
+
+        where = os.path.join(directory, EXPORT_FILE)
+        with open(where, encoding="utf-8") as f:
+            spec = check_export_spec(parse(f.read(), where), where)  # data only: heads/artifact.py
+        check_files(directory, directory)
         self.spec, self.head_kind, self.meta = spec, spec["head"], spec["meta"]
         self.file = str(file or spec["model_file"])
         path = os.path.join(directory, self.file)

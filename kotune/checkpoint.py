@@ -2,11 +2,17 @@
 saved model lies, and the config choices an action given ``checkpoint=`` takes from it — the task
 preset and the task options the weights depend on, the model and mode presets — unless the
 overrides name them (``checkpoint_overrides``, applied by the command line and
-``kotune.overrides.compose`` before Hydra composes; the columns follow in kotune/build.py)."""
+``kotune.overrides.compose`` before Hydra composes; the columns follow in kotune/build.py).
+
+Nothing read here reaches Hydra unchecked (docs/actions/checkpoints.md): the file is checked key by
+key (heads/artifact.py), the task and mode must be presets listed in conf/ and each task option one
+its task saves, of its preset's type, before any becomes an override; a name is never joined into a
+path. A checkpoint that fails is one line naming the file and the key (:class:`ArtifactError`)."""
 from __future__ import annotations
 
 import json
 import os
+import re
 
 from kotune.config import CONF_DIR
 from tasks.errors import KotuneError
@@ -31,13 +37,81 @@ def checkpoint_model_dir(path: str) -> str:
 
 def read_spec(path: str) -> dict:
     """The saved model's ``kotune.json`` (head, frozen, meta: task, labels, task options, ...), or
-    an ONNX export's ``kotune_export.json`` (head and meta as saved)."""
+    an ONNX export's ``kotune_export.json`` (head and meta as saved), checked: every key as kotune
+    writes it (heads/artifact.py), its task and mode presets of conf/, its task options the task's,
+    no pickle-format weights; else one :class:`ArtifactError` line naming the file and the key."""
+    from heads.artifact import ArtifactError, check_export_spec, check_files, check_model_spec
     from heads.onnx import EXPORT_FILE, is_onnx_export
 
-    spec_file = os.path.join(path, EXPORT_FILE) if is_onnx_export(path) else \
-        os.path.join(checkpoint_model_dir(path), SPEC_FILE)
-    with open(spec_file, encoding="utf-8") as f:
-        return json.load(f)
+    export = is_onnx_export(path)
+    folder = path if export else checkpoint_model_dir(path)
+    spec_file = os.path.join(folder, EXPORT_FILE if export else SPEC_FILE)
+    where = f"checkpoint {path}: {os.path.relpath(spec_file, path)}"
+    try:
+        with open(spec_file, encoding="utf-8") as f:
+            spec = json.load(f)
+    except ValueError as e:  # malformed JSON, or not UTF-8
+        raise ArtifactError(f"{where}: not a JSON file kotune wrote ({str(e).splitlines()[0]})") from None
+    check_preset_names(spec, where)
+    (check_export_spec if export else check_model_spec)(spec, where)
+    check_task_options(spec, where)
+    check_files(folder, f"checkpoint {path}")
+    return spec
+
+
+def presets(group: str) -> list[str]:
+    """The presets of a config group: the ``*.yaml`` names in conf/<group>/."""
+    folder = os.path.join(CONF_DIR, group)
+    return sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml") and re.fullmatch(r"[A-Za-z0-9_-]+", f[:-5]))
+
+
+def option_type_fits(value, preset) -> bool:
+    """A saved task option against its preset's value: null, or of the preset's type (any plain
+    value where the preset has none, or ``auto``, which training resolves to what it found)."""
+    if value is None or preset is None or preset == "auto":
+        return True
+    if isinstance(preset, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(preset, bool)
+    if isinstance(preset, int):
+        return isinstance(value, int)
+    if isinstance(preset, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(preset))
+
+
+def check_preset_names(spec, where: str) -> None:
+    """The saved task and mode are presets (conf/task, conf/mode): anything else, a path above all,
+    is one line listing them. The model name may be one of the user's own (``model.name``):
+    heads/artifact.py checks that it is a plain name; it becomes ``model=`` only when a preset."""
+    from heads.artifact import ArtifactError, shown
+
+    meta = spec.get("meta") if isinstance(spec, dict) else None
+    if isinstance(meta, dict) and "task" in meta and meta["task"] not in presets("task"):
+        raise ArtifactError(f"{where}: meta.task={shown(meta['task'])} is not a kotune task "
+                            f"(known: {', '.join(presets('task'))})")
+    if isinstance(spec, dict) and "mode" in spec and spec["mode"] not in presets("mode"):
+        raise ArtifactError(f"{where}: mode={shown(spec['mode'])} is not a kotune mode (known: {', '.join(presets('mode'))})")
+
+
+def check_task_options(spec: dict, where: str) -> None:
+    """Each saved task option is one its task saves (``Task.saved_options``), of its preset's type."""
+    from omegaconf import OmegaConf
+
+    from heads.artifact import ArtifactError, shown
+    from tasks import TASKS
+
+    meta = spec["meta"]
+    task = meta["task"]
+    preset = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF_DIR, "task", f"{task}.yaml")), resolve=False)
+    kind = TASKS.get(preset.get("kind") or preset.get("name") or task)
+    saved = dict(kind.saved_options) if kind is not None else {}
+    for option, value in (meta.get("task_options") or {}).items():
+        if option not in saved:
+            raise ArtifactError(f"{where}: meta.task_options.{option} is not an option task {task} saves "
+                                f"(it saves: {', '.join(saved) or 'none'})")
+        if not option_type_fits(value, preset.get(option)):
+            raise ArtifactError(f"{where}: meta.task_options.{option}={shown(value)} does not fit task {task}'s "
+                                f"{option} (its preset has {shown(preset.get(option))})")
 
 
 def override_key(override: str) -> str:
@@ -46,20 +120,20 @@ def override_key(override: str) -> str:
 
 
 def hydra_value(value) -> str | None:
-    """A saved scalar written as an override value (strings quoted: ``task.join=' '``); None for
-    what an override cannot carry simply (lists, dicts)."""
+    """A saved scalar written as an override value that Hydra reads back as exactly that value
+    (strings quoted: ``task.join=' '``; a quote, and backslashes before one, escaped); None for what
+    an override cannot carry simply (lists, dicts, a string with ``${``, which OmegaConf would
+    resolve: heads/artifact.py refuses those in a checkpoint)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${")
+    if isinstance(value, str) and "${" not in value:
+        # in a quoted override only backslashes before a quote (the closing one too) are escapes
+        escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+        escaped = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped)
         return f"'{escaped}'"
     return None
-
-
-def preset_exists(group: str, name: str | None) -> bool:
-    return bool(name) and os.path.isfile(os.path.join(CONF_DIR, group, f"{name}.yaml"))
 
 
 def checkpoint_overrides(overrides: list[str]) -> list[str]:
@@ -72,16 +146,20 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
     path = given.get("checkpoint", "")
     if not path or path == "null" or any(c in path for c in ",()"):
         return overrides
+    from heads.artifact import ArtifactError
+
     try:
-        spec = read_spec(path)
-    except (KotuneError, OSError, ValueError):
+        spec = read_spec(path)  # checked: a checkpoint kotune will not read is one line from here
+    except ArtifactError:
+        raise
+    except (KotuneError, OSError):
         return overrides
-    meta = spec.get("meta") or {}
-    task = meta.get("task")
+    meta = spec["meta"]
+    task = meta["task"]
     mode = spec.get("mode") or ("frozen" if spec.get("frozen") else "finetune")  # older kotune.json: no "mode"
-    presets = {"task": task, "model": meta.get("model"), "mode": mode}
-    added = [f"{group}={name}" for group, name in presets.items() if group not in given and preset_exists(group, name)]
-    if given.get("task", task) == task and preset_exists("task", task):
+    saved = {"task": task, "model": meta.get("model"), "mode": mode}
+    added = [f"{group}={name}" for group, name in saved.items() if group not in given and name in presets(group)]
+    if given.get("task", task) == task:
         for option, value in (meta.get("task_options") or {}).items():
             written = hydra_value(value)
             if f"task.{option}" not in given and written is not None:

@@ -166,10 +166,11 @@ FILE_READS = ("open", "read_text", "read_bytes", "load_file", "load_dataset", "l
 MODULE_LOADS = ("json.load", "np.load", "numpy.load", "torch.load", "pickle.load")
 # the documented file access of heads/: a model directory's save and load (its kotune.json read by
 # KotuneModel.spec; an ONNX export's by OnnxModel; the look that tells a kotune model from an
-# encoder), the frozen feature cache's store
+# encoder; the check that a model directory's configs name no code), the frozen feature cache's store
 HEADS_FILE_ACCESS = {("heads/model.py", "KotuneModel.save"), ("heads/model.py", "KotuneModel.load"),
                      ("heads/model.py", "KotuneModel.spec"), ("heads/onnx.py", "OnnxModel.__init__"),
-                     ("heads/encoder.py", "check_not_kotune_directory"), ("heads/feature_cache.py", "*")}
+                     ("heads/encoder.py", "check_not_kotune_directory"), ("heads/feature_cache.py", "*"),
+                     ("heads/artifact.py", "check_files")}
 
 
 def file_reads(path: Path, rel: str) -> list[str]:

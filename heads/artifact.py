@@ -1,0 +1,253 @@
+"""What kotune accepts in a saved model's ``kotune.json`` and an ONNX export's ``kotune_export.json``:
+each key with its type, checked before any value is used. A checkpoint is data, never code: a
+value is a plain JSON scalar or a list of them; a name (task, model, mode, option, column role) is a
+plain name, never a path; a file name has no separator; a string holds no ``${`` (OmegaConf would
+resolve it) and no control character. Weights are read from safetensors only: a pickle-format
+file (``*.bin``, ``*.pt``, ...) in the model directory is refused rather than left for a loader
+to unpickle. Anything else is one :class:`ArtifactError` line naming the file and the key.
+
+kotune/checkpoint.py adds what only the config knows: that the task, model and mode are presets and
+that each task option is one the task saves, of its preset's type."""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+from typing import Any, Callable
+
+from tasks.errors import ConfigError
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a preset, option or role name: no '.', '/', '..'
+FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # one file in the directory itself
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MODES = ("finetune", "frozen", "lora")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")
+WEIGHT_DIRS = (".", "encoder", "adapter")  # where a saved model keeps weights (heads/model.py, heads/lora.py)
+CONFIG_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json", "preprocessor_config.json")
+MAX_TEXT = 4096
+
+
+class ArtifactError(ConfigError):
+    """A checkpoint or export that kotune will not read: the file, the key and what it may be."""
+
+
+def shown(value: Any) -> str:
+    text = repr(value)  # quoted, newlines escaped: the message stays one line
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def plain_text(value: Any) -> bool:
+    return (isinstance(value, str) and len(value) <= MAX_TEXT and "${" not in value
+            and all(c.isprintable() or c == "\t" for c in value))
+
+
+def number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def scalar(value: Any) -> bool:
+    """None, a bool, a finite-or-not number or a plain string."""
+    return value is None or isinstance(value, bool) or number(value) or plain_text(value)
+
+
+def plain_json(value: Any, depth: int = 0) -> bool:
+    """Scalars, and lists and dicts (plain names as keys) of them, four levels deep at most."""
+    if scalar(value):
+        return True
+    if depth >= 4:
+        return False
+    if isinstance(value, list):
+        return all(plain_json(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and NAME.fullmatch(k) and plain_json(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def name(value: Any) -> bool:
+    return isinstance(value, str) and NAME.fullmatch(value) is not None
+
+
+def file_name(value: Any) -> bool:
+    return isinstance(value, str) and FILE_NAME.fullmatch(value) is not None and ".." not in value
+
+
+def list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, list) and all(check(v) for v in value)
+
+
+def optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or check(value)
+
+
+def integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def option_value(value: Any) -> bool:
+    """A saved task option: a scalar, or a list of scalars (multi-label thresholds, one per label)."""
+    return scalar(value) or list_of(scalar)(value)
+
+
+def column(value: Any) -> bool:
+    """A column: a name, an index (CoNLL layouts) or several names (multi-label's label columns)."""
+    return value is None or plain_text(value) or integer(value) or list_of(plain_text)(value)
+
+
+# key → (check, what it may be)
+META = {
+    "task": (name, "a task preset's name (letters, digits, '_', '-')"),
+    "model": (name, "a plain model name (letters, digits, '_', '-')"),
+    "labels": (optional(list_of(lambda v: isinstance(v, str) and len(v) <= MAX_TEXT)), "a list of label names"),
+    "max_length": (lambda v: integer(v) and 0 < v <= 1_000_000, "a positive integer"),
+    "token_type_ids": (lambda v: isinstance(v, bool), "true or false"),
+    "task_options": (lambda v: isinstance(v, dict), "a mapping of task options"),
+    "columns": (optional(lambda v: isinstance(v, dict)), "a mapping of column roles"),
+}
+LORA = {
+    "r": (integer, "an integer"), "alpha": (number, "a number"), "dropout": (number, "a number"),
+    "target_modules": (lambda v: v is None or name(v) or list_of(lambda t: plain_text(t) and t != "")(v),
+                       "null, a module name or a list of them"),
+    "token_rows": (optional(list_of(integer)), "a list of integers"),
+    "vocab_size": (integer, "an integer"),
+    "base": (lambda v: isinstance(v, dict), "the base encoder's record"),
+}
+LORA_BASE = {
+    "model": (lambda v: isinstance(v, dict), "the base encoder's model options"),
+    "seed": (integer, "an integer"), "vocab_size": (integer, "an integer"),
+    "digest": (lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{8,128}", v) is not None, "a hex digest"),
+}
+MANIFEST = (lambda v: v is None or isinstance(v, bool) or file_name(v), "the manifest's file name")
+MODEL_SPEC = {
+    "head": (lambda v: isinstance(v, str) and v in head_kinds(), "a head kind"),
+    "head_kwargs": (lambda v: isinstance(v, dict), "the head's arguments"),
+    "frozen": (lambda v: isinstance(v, bool), "true or false"),
+    "mode": (lambda v: v in MODES, f"a mode ({', '.join(MODES)})"),
+    "lora": (optional(lambda v: isinstance(v, dict)), "null or the LoRA settings"),
+    "meta": (lambda v: isinstance(v, dict), "the task's record"),
+    "format": (integer, "an integer"),
+    "layers": (lambda v: plain_text(v) or integer(v) or list_of(integer)(v), "the layer choice"),
+    "indices": (list_of(integer), "a list of layer indices"),
+    "scalar_mix": (lambda v: isinstance(v, dict) and set(v) <= {"weights", "gamma"}
+                   and list_of(number)(v.get("weights", [])) and number(v.get("gamma", 0.0)), "the scalar mix"),
+    "manifest": MANIFEST,
+}
+EXPORT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+EXPORT_SPEC = {
+    "format": (lambda v: v == "onnx", "'onnx'"),
+    "head": (lambda v: isinstance(v, str) and v in head_kinds(), "a head kind"),
+    "meta": (lambda v: isinstance(v, dict), "the task's record"),
+    "inputs": (list_of(lambda v: v in EXPORT_INPUTS), f"a list of {', '.join(EXPORT_INPUTS)}"),
+    "outputs": (list_of(name), "a list of output names"),
+    "files": (lambda v: isinstance(v, list) and v and all(file_name(f) for f in v), "a list of file names"),
+    "model_file": (file_name, "a file name"),
+    "opset": (integer, "an integer"),
+    "exporter": (plain_text, "a plain string"),
+    "native_class": (lambda v: isinstance(v, str) and IDENTIFIER.fullmatch(v) is not None, "a class name"),
+    "manifest": MANIFEST,
+}
+
+
+def head_kinds() -> tuple[str, ...]:
+    from heads import HEADS
+
+    return tuple(HEADS)
+
+
+def parse(text: str, where: str) -> Any:
+    """A spec file's text as JSON, or one line saying it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ArtifactError(f"{where}: not a JSON file kotune wrote ({str(e).splitlines()[0]})") from None
+
+
+def check_keys(node: Any, schema: dict, where: str, prefix: str = "", required: tuple[str, ...] = ()) -> dict:
+    """``node`` as ``schema`` says: a dict with no other keys, each value passing its check."""
+    if not isinstance(node, dict):
+        raise ArtifactError(f"{where}: {prefix.rstrip('.') or 'the file'} is {type(node).__name__}, not a JSON object")
+    for key in node:
+        if key not in schema:
+            raise ArtifactError(f"{where}: {prefix}{shown(key)[1:-1] if isinstance(key, str) else shown(key)} is not "
+                                f"a key kotune writes (known: {', '.join(schema)})")
+    for key in required:
+        if key not in node:
+            raise ArtifactError(f"{where}: {prefix}{key} is missing")
+    for key, value in node.items():
+        check, what = schema[key]
+        if not check(value):
+            raise ArtifactError(f"{where}: {prefix}{key}={shown(value)} is not {what}")
+    return node
+
+
+def check_meta(meta: dict, where: str) -> None:
+    check_keys(meta, META, where, "meta.", required=("task",))
+    for option, value in (meta.get("task_options") or {}).items():
+        if not name(option):
+            raise ArtifactError(f"{where}: meta.task_options has the key {shown(option)}, not a task option's name")
+        if not option_value(value):
+            raise ArtifactError(f"{where}: meta.task_options.{option}={shown(value)} is not a plain value "
+                                "(a number, true/false, null, a string without '${' or control characters, or a list of them)")
+    for role, value in (meta.get("columns") or {}).items():
+        if not name(role):
+            raise ArtifactError(f"{where}: meta.columns has the key {shown(role)}, not a column role")
+        if not column(value):
+            raise ArtifactError(f"{where}: meta.columns.{role}={shown(value)} is not a column name, index or list of names")
+
+
+def check_model_spec(spec: Any, where: str) -> dict:
+    """A saved model's ``kotune.json`` (heads/model.py writes it), or one line naming the key."""
+    check_keys(spec, MODEL_SPEC, where, required=("head", "meta"))
+    check_meta(spec["meta"], where)
+    from heads import HEADS
+
+    accepted = inspect.signature(HEADS[spec["head"]]).parameters
+    for key, value in (spec.get("head_kwargs") or {}).items():
+        if key not in accepted or key in ("hidden_size", "init_std"):  # the encoder's, never saved
+            raise ArtifactError(f"{where}: head_kwargs.{shown(key)[1:-1]} is not an argument of the "
+                                f"{spec['head']} head")
+        if not plain_json(value):
+            raise ArtifactError(f"{where}: head_kwargs.{key}={shown(value)} is not a plain value")
+    if spec.get("lora"):
+        check_keys(spec["lora"], LORA, where, "lora.", required=("base", "vocab_size"))
+        base = check_keys(spec["lora"]["base"], LORA_BASE, where, "lora.base.", required=("model", "seed", "vocab_size"))
+        for key, value in base["model"].items():
+            if not name(key) or not plain_json(value):
+                raise ArtifactError(f"{where}: lora.base.model.{shown(key)[1:-1]}={shown(value)} is not a plain "
+                                    "model option")
+    return spec
+
+
+def check_export_spec(spec: Any, where: str) -> dict:
+    """An ONNX export's ``kotune_export.json`` (heads/onnx.py writes it), or one line naming the key."""
+    check_keys(spec, EXPORT_SPEC, where, required=("format", "head", "meta", "files", "model_file"))
+    check_meta(spec["meta"], where)
+    if spec["model_file"] not in spec["files"]:
+        raise ArtifactError(f"{where}: model_file={shown(spec['model_file'])} is not one of its files "
+                            f"({', '.join(spec['files'])})")
+    return spec
+
+
+def check_files(directory: str, where: str) -> None:
+    """A saved model's or export's files are data: weights in safetensors only (a pickle-format
+    file where weights are kept, the directory, ``encoder/`` or ``adapter/``, is refused, never
+    handed to a loader that might unpickle it), no Python file and no ``auto_map`` in a config
+    (transformers' way to name code to import, which it would offer to run)."""
+    for sub in WEIGHT_DIRS:
+        folder = os.path.normpath(os.path.join(directory, sub))
+        if not os.path.isdir(folder):
+            continue
+        for entry in sorted(os.listdir(folder)):
+            path = os.path.join(folder, entry)
+            if entry.lower().endswith(PICKLE_SUFFIXES):
+                raise ArtifactError(f"{where}: {path} is a pickle-format file; kotune reads weights from "
+                                    "safetensors only (loading a checkpoint never runs code)")
+            if entry.lower().endswith((".py", ".pyc")):
+                raise ArtifactError(f"{where}: {path} is Python code; a checkpoint holds none (loading one never "
+                                    "runs code)")
+            if entry in CONFIG_FILES and os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    config = parse(f.read(), path)
+                if isinstance(config, dict) and "auto_map" in config:
+                    raise ArtifactError(f"{where}: {path} has auto_map={shown(config['auto_map'])}, code for "
+                                        "transformers to import; a checkpoint holds none (loading one never runs code)")
