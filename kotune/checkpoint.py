@@ -109,7 +109,9 @@ def check_task_options(spec: dict, where: str) -> None:
         if option not in saved:
             raise ArtifactError(f"{where}: meta.task_options.{option} is not an option task {task} saves "
                                 f"(it saves: {', '.join(saved) or 'none'})")
-        if not option_type_fits(value, preset.get(option)):
+        # a preset value the task resolves in training (multi-label threshold=tune: the tuned list) fits what it resolved to
+        resolves = preset.get(option) in getattr(kind, "checkpoint_resolves", {}).get(option, ())
+        if not resolves and not option_type_fits(value, preset.get(option)):
             raise ArtifactError(f"{where}: meta.task_options.{option}={shown(value)} does not fit task {task}'s "
                                 f"{option} (its preset has {shown(preset.get(option))})")
 
