@@ -4,42 +4,55 @@ kotune checkpoint or an ONNX export: ``POST /predict`` answers as ``action=predi
 interrupted (Ctrl-C, SIGTERM); results.json then holds the serving counts."""
 from __future__ import annotations
 
+import os
 import signal
 
 from omegaconf import DictConfig
 
 from tasks.errors import ConfigError
-from tasks.log import log
+from tasks.log import log, warn
 
 
-def positive(cfg: DictConfig, key: str) -> int:
+def positive(cfg: DictConfig, key: str, kind=int, allow_zero: bool = False):
     value = cfg.serve.get(key)
-    if value is None or int(value) < (0 if key == "max_wait_ms" else 1):
-        raise ConfigError(f"serve.{key} must be a {'non-negative' if key == 'max_wait_ms' else 'positive'} number, "
-                          f"got {value}")
-    return int(value)
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < 0 or (number == 0 and not allow_zero):
+        raise ConfigError(f"serve.{key} must be a {'non-negative' if allow_zero else 'positive'} number, got {value}")
+    return number
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
     if not cfg.get("checkpoint"):
         raise ConfigError("action=serve needs checkpoint=RUN_DIR (action=train) or an export directory (action=export)")
-    limits = {k: positive(cfg, k) for k in ("port", "max_batch_size", "max_wait_ms", "max_items", "max_body_bytes")}
+    limits = {k: positive(cfg, k, allow_zero=k == "max_wait_ms")
+              for k in ("port", "max_batch_size", "max_wait_ms", "max_items", "max_body_bytes", "max_text_chars")}
+    seconds = {k: positive(cfg, k, float) for k in ("body_timeout_s", "keep_alive_s", "shutdown_grace_s")}
     import datasets
-    import uvicorn
 
-    from kotune.serving import Batcher, Predictor, create_app
+    from kotune.serving import Batcher, Predictor, create_app, is_loopback, make_server, resolve_api_key
 
+    api_key = resolve_api_key(cfg, os.environ)
+    if cfg.serve.get("api_key") not in (None, ""):
+        cfg.serve.api_key = "***"  # not into results.json's config (Hydra's .hydra/ files still hold an override)
+    host, port = str(cfg.serve.host), limits["port"]
     datasets.disable_progress_bars()  # a tokenizing bar per batch is no news
     predictor = Predictor(cfg)
     batcher = Batcher(predictor, limits["max_batch_size"], limits["max_wait_ms"])
-    app = create_app(predictor, batcher, limits["max_items"], limits["max_body_bytes"])
-    host, port = str(cfg.serve.host), limits["port"]
+    app = create_app(predictor, batcher, limits["max_items"], limits["max_body_bytes"],
+                     max_text_chars=limits["max_text_chars"], body_timeout_s=seconds["body_timeout_s"],
+                     api_key=api_key, docs=bool(cfg.serve.get("docs")))
     what = predictor.describe()
+    if not is_loopback(host):
+        warn(f"serve.host={host} is not a loopback address: whoever reaches this machine on port {port} can use the "
+             f"model{'' if api_key else ' (no API key: set KOTUNE_API_KEY or serve.api_key)'}; plain HTTP, no TLS")
     log(f"serving {what['task']} ({what['runtime']}{', ' + what['model_file'] if what['model_file'] else ''}) on "
         f"http://{host}:{port}: POST /predict, GET /health; batches of up to {batcher.max_batch} texts, "
-        f"{limits['max_wait_ms']} ms wait (Ctrl-C stops)")
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                           timeout_graceful_shutdown=5))
+        f"{limits['max_wait_ms']} ms wait{'; API key required' if api_key else ''} (Ctrl-C stops)")
+    server = make_server(app, batcher, host, port, keep_alive_s=seconds["keep_alive_s"],
+                         shutdown_grace_s=seconds["shutdown_grace_s"])
     stopped_by: list[str] = []
     # uvicorn stops on SIGINT/SIGTERM and then re-sends the signal to the handlers it found: these
     # note it instead of ending the process, so that results.json is still written
@@ -54,5 +67,6 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
             signal.signal(sig, handler)
     log(f"stopped ({', '.join(stopped_by) or 'shut down'}) after {batcher.stats['requests']} requests in "
         f"{batcher.stats['batches']} batches")
-    return {"serve": {**what, "host": host, "port": port, **batcher.stats, "stopped_by": stopped_by[:1] or None},
+    return {"serve": {**what, "host": host, "port": port, **batcher.stats, "stopped_by": stopped_by[:1] or None,
+                      "api_key": bool(api_key)},
             "checkpoint": cfg.checkpoint, "metrics": {}}
