@@ -15,12 +15,13 @@ span       out → ``qa_outputs``            out → ``qa_outputs``            F
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 
 from heads.native import head_style
 from tasks import TASKS
+from tasks.atomic_dir import written_whole
 from tasks.errors import ConfigError
 from tasks.log import warn
 
@@ -195,14 +196,20 @@ def export_summary(n: "Native", out_dir: str) -> dict:
             "input_note": n.note, "lora_merged": n.lora_merged}
 
 
-def export_directory(model_dir: str, out_dir: str) -> dict:
+def export_directory(model_dir: str, out_dir: str, finish: Callable[[dict, str], Any] | None = None) -> dict:
     """Write a saved kotune model (``model_dir``) as a standard transformers directory that
     ``transformers.pipeline(<task>, model=out_dir)`` serves: the native class's config (with
-    ``id2label``/``label2id``) and weights, and the model's own tokenizer (:func:`load_native`)."""
+    ``id2label``/``label2id``) and weights, and the model's own tokenizer (:func:`load_native`).
+    ``out_dir`` appears whole or not at all, replacing what was there (tasks/atomic_dir.py, with
+    ``kotune_manifest.json``); ``finish(summary, folder)`` adds files (the model card) before that."""
     n = load_native(model_dir)
-    n.native.save_pretrained(out_dir)
-    n.tokenizer.save_pretrained(out_dir)
-    return export_summary(n, out_dir)
+    res = export_summary(n, out_dir)
+    with written_whole(out_dir, "native-export") as staging:
+        n.native.save_pretrained(staging)
+        n.tokenizer.save_pretrained(staging)
+        if finish is not None:
+            finish(res, staging)
+    return res
 
 
 def input_note(meta: dict) -> str | None:

@@ -11,17 +11,19 @@ dynamo=True)`` is torch's default exporter since 2.9 (the TorchScript one is dep
 
 An exported directory holds ``model.onnx`` (fp32), with ``export.quantize=int8`` also
 ``model_int8.onnx``, the native ``config.json``, the tokenizer, ``kotune_export.json`` (head kind,
-labels and task options: what kotune's decoding needs) and the model card (README.md).
+labels and task options: what kotune's decoding needs), the model card (README.md) and
+``kotune_manifest.json`` (every file's size and sha256, checked when :class:`OnnxModel` loads it).
 """
 from __future__ import annotations
 
 import logging
 import os
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from tasks.atomic_dir import MANIFEST, manifest_lists, settle, verify_manifest, written_whole
 from tasks.errors import ConfigError, KotuneError
 from tasks.io import write_json_atomic
 
@@ -88,9 +90,13 @@ def quantize_int8(src: str, dst: str) -> None:
         root.setLevel(level)
 
 
-def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = None) -> dict:
+def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = None,
+                          finish: Callable[[dict, str], Any] | None = None) -> dict:
     """An exported directory (module docstring) of the saved kotune model ``model_dir``, or the
-    one-line refusal of a head with no native class (RE, DP, character-level heads)."""
+    one-line refusal of a head with no native class (RE, DP, character-level heads). ``out_dir``
+    appears whole or not at all, replacing what was there (tasks/atomic_dir.py, with
+    ``kotune_manifest.json``: no file of an earlier export stays beside the new one);
+    ``finish(summary, folder)`` adds files (the model card) before that."""
     from heads.encoder import position_limit
     from heads.export import export_summary, input_fields, load_native
 
@@ -104,22 +110,25 @@ def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = N
                           "with that recipe")
     inputs = tuple(n for n in MODEL_INPUTS if n != "token_type_ids" or model.meta.get("token_type_ids", True))
     outputs = OUTPUTS[model.head_kind]
-    os.makedirs(out_dir, exist_ok=True)
-    native.config.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    fp32 = os.path.join(out_dir, FP32_FILE)
-    opset = trace_to_onnx(native, fp32, inputs, outputs, position_limit(native.config))
-    files = [FP32_FILE]
-    if quantize == "int8":
-        quantize_int8(fp32, os.path.join(out_dir, INT8_FILE))
-        files.append(INT8_FILE)
-    spec = {"format": "onnx", "head": model.head_kind, "meta": model.meta, "inputs": list(inputs),
-            "outputs": list(outputs), "files": files, "model_file": files[-1], "opset": opset,
-            "exporter": "torch.onnx (dynamo)", "native_class": type(native).__name__}
-    write_json_atomic(os.path.join(out_dir, EXPORT_FILE), spec)
-    sizes = {f: round(os.path.getsize(os.path.join(out_dir, f)) / 1e6, 1) for f in files}
-    return {**export_summary(exported, out_dir), "format": "onnx", "onnx_files": files,
-            "onnx_mb": sizes, "model_file": spec["model_file"], "opset": opset}
+    with written_whole(out_dir, "onnx-export") as staging:
+        native.config.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        fp32 = os.path.join(staging, FP32_FILE)
+        opset = trace_to_onnx(native, fp32, inputs, outputs, position_limit(native.config))
+        files = [FP32_FILE]
+        if quantize == "int8":
+            quantize_int8(fp32, os.path.join(staging, INT8_FILE))
+            files.append(INT8_FILE)
+        spec = {"format": "onnx", "head": model.head_kind, "meta": model.meta, "inputs": list(inputs),
+                "outputs": list(outputs), "files": files, "model_file": files[-1], "opset": opset,
+                "exporter": "torch.onnx (dynamo)", "native_class": type(native).__name__, "manifest": MANIFEST}
+        write_json_atomic(os.path.join(staging, EXPORT_FILE), spec)
+        sizes = {f: round(os.path.getsize(os.path.join(staging, f)) / 1e6, 1) for f in files}
+        res = {**export_summary(exported, out_dir), "format": "onnx", "onnx_files": files,
+               "onnx_mb": sizes, "model_file": spec["model_file"], "opset": opset}
+        if finish is not None:
+            finish(res, staging)
+    return res
 
 
 class OnnxModel:
@@ -133,17 +142,22 @@ class OnnxModel:
     def __init__(self, directory: str, file: str | None = None, threads: int | None = None):
         import onnxruntime as ort
 
+        settle(directory)  # an export killed while swapping its directory in: put the whole one back
         from heads.artifact import check_export_spec, check_files, parse
 
         where = os.path.join(directory, EXPORT_FILE)
         with open(where, encoding="utf-8") as f:
             spec = check_export_spec(parse(f.read(), where), where)  # data only: heads/artifact.py
         check_files(directory, directory)
+        # exported with a manifest (kotune_export.json says so): every file as it was written
+        verify_manifest(directory, bool(spec.get("manifest")), "export it again (action=export)")
         self.spec, self.head_kind, self.meta = spec, spec["head"], spec["meta"]
         self.file = str(file or spec["model_file"])
         path = os.path.join(directory, self.file)
-        if not os.path.exists(path):
-            raise KotuneError(f"onnx.file={self.file}: no such file in {directory} (it has {', '.join(spec['files'])})")
+        # a model file of this export: listed in its spec (and manifest), not one an earlier export left
+        if self.file not in spec["files"] or manifest_lists(directory, self.file) is False or not os.path.isfile(path):
+            raise KotuneError(f"onnx.file={self.file}: not a model file of the export {directory} (its files: "
+                              f"{', '.join(spec['files'])})")
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(threads or default_threads())
         options.inter_op_num_threads = 1
