@@ -26,6 +26,7 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")
 WEIGHT_DIRS = (".", "encoder", "adapter")  # where a saved model keeps weights (heads/model.py, heads/lora.py)
 CONFIG_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json", "preprocessor_config.json")
 MAX_TEXT = 4096
+CODE_KEYS = {"trust_remote_code", "auto_map", "code_revision"}  # how transformers is told to import a model's code
 
 
 class ArtifactError(ConfigError):
@@ -148,6 +149,15 @@ EXPORT_SPEC = {
 }
 
 
+def keys_in(value: Any) -> list[str]:
+    """Every dict key at any depth of ``value``."""
+    if isinstance(value, dict):
+        return [k for k, v in value.items() for k in (k, *keys_in(v))]
+    if isinstance(value, list):
+        return [k for v in value for k in keys_in(v)]
+    return []
+
+
 def head_kinds() -> tuple[str, ...]:
     from heads import HEADS
 
@@ -212,7 +222,7 @@ def check_model_spec(spec: Any, where: str) -> dict:
         check_keys(spec["lora"], LORA, where, "lora.", required=("base", "vocab_size"))
         base = check_keys(spec["lora"]["base"], LORA_BASE, where, "lora.base.", required=("model", "seed", "vocab_size"))
         for key, value in base["model"].items():
-            if not name(key) or not plain_json(value):
+            if not name(key) or not plain_json(value) or CODE_KEYS & set(keys_in(value)) or key in CODE_KEYS:
                 raise ArtifactError(f"{where}: lora.base.model.{shown(key)[1:-1]}={shown(value)} is not a plain "
                                     "model option")
     return spec

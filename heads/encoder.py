@@ -34,7 +34,10 @@ def _is_local(path: str) -> bool:
 
 
 def _from_hub_or_cache(loader, name: str, **kwargs):
-    """``loader.from_pretrained`` that tries the local HF cache first and fails fast offline."""
+    """``loader.from_pretrained`` that tries the local HF cache first and fails fast offline. Code a
+    model names (a config's ``auto_map``) is never run: transformers refuses it rather than asking
+    (a LoRA checkpoint names its base encoder, docs/actions/checkpoints.md)."""
+    kwargs.setdefault("trust_remote_code", False)
     if _is_local(name):
         return loader.from_pretrained(os.path.expanduser(name), **kwargs)
     try:

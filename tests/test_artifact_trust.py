@@ -263,6 +263,11 @@ def test_the_trained_checkpoint_passes_and_a_crafted_one_fails_where_the_model_l
     (lambda s: s.update(lora={"r": 8, "alpha": 16, "dropout": 0.1, "target_modules": None, "vocab_size": 10,
                               "base": {"model": {"name_or_path": "${oc.env:HOME}"}, "seed": 1, "vocab_size": 10}}),
      "lora.base.model.name_or_path='${oc.env:HOME}' is not a plain model option"),
+    (lambda s: s.update(lora={"r": 8, "alpha": 16, "dropout": 0.1, "target_modules": None, "vocab_size": 10,
+                              "base": {"model": {"name_or_path": "org/model",
+                                                 "tokenizer_kwargs": {"trust_remote_code": True}},
+                                       "seed": 1, "vocab_size": 10}}),
+     "lora.base.model.tokenizer_kwargs={'trust_remote_code': True} is not a plain model option"),
     (lambda s: s["meta"].update(columns={"text": {"_target_": "os.system"}}),
      "meta.columns.text={'_target_': 'os.system'} is not a column name"),
     (lambda s: s["meta"].update(max_length="128"), "meta.max_length='128' is not a positive integer"),
@@ -276,3 +281,17 @@ def test_every_key_of_kotune_json_is_checked(trained, tmp_path, change, line):
     with pytest.raises(ArtifactError) as e:
         read_spec(str(ck))
     assert str(e.value).startswith(f"checkpoint {ck}: model/kotune.json: ") and line in str(e.value), str(e.value)
+
+
+def test_the_encoder_loader_never_trusts_a_models_code(tmp_path):
+    """A LoRA checkpoint names its base encoder (a hub id or a directory): transformers is told not
+    to run code that encoder's config names (``auto_map``), so it refuses rather than asking."""
+    from heads.encoder import _from_hub_or_cache
+
+    class Loader:
+        @staticmethod
+        def from_pretrained(name, **kwargs):
+            return kwargs
+
+    assert _from_hub_or_cache(Loader, str(tmp_path))["trust_remote_code"] is False
+    assert _from_hub_or_cache(Loader, str(tmp_path), trust_remote_code=True)["trust_remote_code"] is True  # the user's own
