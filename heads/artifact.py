@@ -191,7 +191,7 @@ def check_keys(node: Any, schema: dict, where: str, prefix: str = "", required: 
 
 
 def check_meta(meta: dict, where: str) -> None:
-    check_keys(meta, META, where, "meta.", required=("task",))
+    check_keys(meta, META, where, "meta.")  # a model built in Python may have no task record
     for option, value in (meta.get("task_options") or {}).items():
         if not name(option):
             raise ArtifactError(f"{where}: meta.task_options has the key {shown(option)}, not a task option's name")

@@ -15,6 +15,7 @@ import os
 import re
 
 from kotune.config import CONF_DIR
+from tasks.atomic_dir import settle
 from tasks.errors import KotuneError
 from tasks.log import log
 
@@ -26,6 +27,8 @@ def checkpoint_model_dir(path: str) -> str:
     export is refused in one line (only predict, eval and serve read one: kotune/build.py)."""
     from heads.onnx import is_onnx_export
 
+    for candidate in (path, os.path.join(path, "model")):
+        settle(candidate)  # a save killed while swapping its directory in: the whole one back (tasks/atomic_dir.py)
     if is_onnx_export(path):
         raise KotuneError(f"checkpoint={path} is an ONNX export: this action needs a kotune checkpoint (a run "
                           "directory or its model/); action=predict, eval and serve read an export")
@@ -101,7 +104,11 @@ def check_task_options(spec: dict, where: str) -> None:
     from tasks import TASKS
 
     meta = spec["meta"]
-    task = meta["task"]
+    task = meta.get("task")
+    if task is None:  # a model saved from Python without a task: nothing to take from it
+        if meta.get("task_options"):
+            raise ArtifactError(f"{where}: meta.task_options without meta.task (whose options are they?)")
+        return
     preset = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF_DIR, "task", f"{task}.yaml")), resolve=False)
     kind = TASKS.get(preset.get("kind") or preset.get("name") or task)
     saved = dict(kind.saved_options) if kind is not None else {}
@@ -157,7 +164,7 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
     except (KotuneError, OSError):
         return overrides
     meta = spec["meta"]
-    task = meta["task"]
+    task = meta.get("task")
     mode = spec.get("mode") or ("frozen" if spec.get("frozen") else "finetune")  # older kotune.json: no "mode"
     saved = {"task": task, "model": meta.get("model"), "mode": mode}
     added = [f"{group}={name}" for group, name in saved.items() if group not in given and name in presets(group)]
