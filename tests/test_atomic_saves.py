@@ -189,10 +189,14 @@ def test_a_save_killed_between_its_two_renames_is_put_back_on_load(saved):
     """Where the two directories cannot be exchanged in one step, the old one is renamed aside before
     the new one takes its name: a kill between the two leaves no model/; the next load restores the
     whole one (the new one when its manifest was written, else the old one)."""
+    from kotune.checkpoint import checkpoint_model_dir
+
     before = logits(saved)
-    old = saved.parent / f"model.old-{dead_pid()}"
-    os.rename(saved, old)
+    os.rename(saved, saved.parent / f"model.old-{dead_pid()}")
     assert torch.equal(logits(saved), before)
+    assert sorted(os.listdir(saved.parent)) == ["model"]
+    os.rename(saved, saved.parent / f"model.old-{dead_pid()}")
+    assert checkpoint_model_dir(str(saved.parent)) == str(saved)  # checkpoint=RUN finds it too
     assert sorted(os.listdir(saved.parent)) == ["model"]
     # both there: the finished new one wins over the old one
     tiny_model(2).save(str(saved.parent / "other"), tokenizer(str(saved.parent.parent / "vocab")))

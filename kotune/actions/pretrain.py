@@ -14,6 +14,7 @@ from kotune.resume import resume_identity, train_resumable
 from kotune.runtime import local_rank_zero_first
 from kotune.trainer import PretrainingTrainer, tensorboard_dir, training_arguments
 from tasks import pretrain
+from tasks.atomic_dir import written_whole
 from tasks.log import log
 
 
@@ -76,7 +77,8 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
            "data": {s: t.source for s, t in text.items()}}
     if trainer.is_world_process_zero() and cfg.save_model:
         out = os.path.join(run_dir, "model")
-        trainer.model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        with written_whole(out, "pretrained-encoder") as staging:  # whole or not at all, as kotune's models
+            trainer.model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
         res["model_dir"] = os.path.abspath(out)
     return res
