@@ -69,15 +69,22 @@ class Predictor:
     def examples(self, items: list[dict[str, str]]) -> list[dict]:
         return self.b.task.request_examples(items)
 
-    def __call__(self, examples: list[dict]) -> list[dict]:
+    def __call__(self, examples: list[dict], lengths: bool = False) -> list[dict]:
+        """The records action=predict writes for ``examples``, without their ids; ``lengths``: with
+        how each text's length was handled (:meth:`lengths`), as the server answers."""
         task = self.b.task
         features = task.encode(examples, self.b.tokenizer, self.b.settings)
         inputs = features.select_columns(task.model_columns(features))
         outputs, _ = predict_rows(self.batches, task, features, inputs, examples)
         records = [{k: v for k, v in r.items() if k != "id"} for r in task.prediction_records(outputs, examples)]
-        for record, note in zip(records, self.lengths(features, examples)):
-            record.update(note)
+        if lengths:
+            for record, note in zip(records, self.lengths(features, examples)):
+                record.update(note)
         return records
+
+    def answer(self, examples: list[dict]) -> list[dict]:
+        """The server's answers: the records with ``truncated`` (or ``windows``)."""
+        return self(examples, lengths=True)
 
     def lengths(self, features, examples: list[dict]) -> list[dict]:
         """Per example, how its length was handled: ``{"windows": n}`` where the checkpoint reads

@@ -40,7 +40,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     host, port = str(cfg.serve.host), limits["port"]
     datasets.disable_progress_bars()  # a tokenizing bar per batch is no news
     predictor = Predictor(cfg)
-    batcher = Batcher(predictor, limits["max_batch_size"], limits["max_wait_ms"])
+    batcher = Batcher(predictor.answer, limits["max_batch_size"], limits["max_wait_ms"])
     app = create_app(predictor, batcher, limits["max_items"], limits["max_body_bytes"],
                      max_text_chars=limits["max_text_chars"], body_timeout_s=seconds["body_timeout_s"],
                      api_key=api_key, docs=bool(cfg.serve.get("docs")))
