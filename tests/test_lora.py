@@ -80,6 +80,8 @@ def test_checkpoints_of_another_mode_are_told_apart(lora_run, run_job, tmp_path)
 def test_a_changed_base_encoder_is_refused(lora_run, run_job, tmp_path):
     import shutil
 
+    from tasks.atomic_dir import write_manifest
+
     root, _ = lora_run
     copy = tmp_path / "copy"
     shutil.copytree(root / "train", copy, ignore=shutil.ignore_patterns("checkpoints"))
@@ -87,6 +89,7 @@ def test_a_changed_base_encoder_is_refused(lora_run, run_job, tmp_path):
     spec = json.loads(spec_path.read_text())
     spec["lora"]["base"]["seed"] += 1  # the random base re-initialises to other weights
     spec_path.write_text(json.dumps(spec))
+    write_manifest(str(copy / "model"), "kotune-model")  # a whole save of that record, not an interrupted one
     error = one_line_error(run_job([*RE, *TINY, "action=eval", f"checkpoint={copy}"]))
     assert "trained on other weights" in error
 
@@ -95,6 +98,8 @@ def test_export_refuses_a_merge_that_cannot_be_exact(lora_run, run_job, tmp_path
     import shutil
 
     from safetensors.torch import load_file, save_file
+
+    from tasks.atomic_dir import write_manifest
 
     root, _ = lora_run
     text_cls = run_job(["task=text_cls", *TINY, "mode=lora"], "text_cls")
@@ -108,6 +113,7 @@ def test_export_refuses_a_merge_that_cannot_be_exact(lora_run, run_job, tmp_path
     name = next(k for k in state if "lora_B" in k)
     state[name] = torch.full_like(state[name], float("inf"))
     save_file(state, str(weights))
+    write_manifest(str(broken / "model"), "kotune-model")  # a whole save of those weights, not an interrupted one
     error = one_line_error(run_job(["task=text_cls", *TINY, "action=export", f"checkpoint={broken}"], "export_broken"))
     assert error.startswith("cannot export") and "merging the LoRA adapter" in error
 

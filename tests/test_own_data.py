@@ -112,6 +112,8 @@ def test_a_checkpoint_without_the_new_records_still_loads(own_csv, tmp_path):
     shutil.copytree(own_csv["run"] / "model", old / "model")
     spec = json.loads((old / "model" / "kotune.json").read_text(encoding="utf-8"))
     del spec["meta"]["columns"]
+    del spec["manifest"]  # written before manifests too (tasks/atomic_dir.py)
+    (old / "model" / "kotune_manifest.json").unlink()
     (old / "model" / "kotune.json").write_text(json.dumps(spec), encoding="utf-8")
     res = job(["action=predict", f"checkpoint={old}", f"data.predict_file={own_csv['unlabelled']}"],
               tmp_path / "predict", own_csv["cache"])
