@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from types import SimpleNamespace
@@ -58,13 +57,22 @@ def common_held_out(args: dict, model_dir: str) -> dict:
 
 
 def smoke_outs(out: str, cache_dir: str) -> list[str]:
-    """Two ``bench/pretrain_gain.py --smoke`` runs on hate speech (mlm, mlm+nsp) under ``out``."""
+    """Two ``bench/pretrain_gain.py --smoke`` runs on hate speech (mlm, mlm+nsp) under ``out``, in this
+    process (their output on stderr: their RESULT lines are not this bench's)."""
+    import contextlib
+
+    from bench import pretrain_gain
+
     outs = [os.path.join(out, "mlm"), os.path.join(out, "mlm_nsp")]
     for folder, objective in zip(outs, ("mlm", "mlm+nsp")):
         if not os.path.exists(os.path.join(folder, "pretrain_gain.json")):
-            subprocess.run([sys.executable, os.path.join(ROOT, "bench", "pretrain_gain.py"), "--smoke", "--tasks", "hate",
-                            "--curve-tasks", "", "--objective", objective, "--cache-dir", cache_dir, "--out", folder],
-                           check=True, stdout=sys.stderr)  # their RESULT lines are not this bench's
+            argv, sys.argv = sys.argv, ["pretrain_gain.py", "--smoke", "--tasks", "hate", "--curve-tasks", "",
+                                        "--objective", objective, "--cache-dir", cache_dir, "--out", folder]
+            try:
+                with contextlib.redirect_stdout(sys.stderr):
+                    pretrain_gain.main()
+            finally:
+                sys.argv = argv
     return outs
 
 
