@@ -482,6 +482,7 @@ def create_app(predictor, batcher: Batcher, max_items: int, max_body_bytes: int,
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import Response
     from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
 
     @asynccontextmanager
     async def lifespan(app):
@@ -520,7 +521,10 @@ def create_app(predictor, batcher: Batcher, max_items: int, max_body_bytes: int,
                 "in_flight": len(batcher.waiting)}
 
     async def predict(request, echo: bool = False):
-        raw = await request.body()
+        try:
+            raw = await request.body()
+        except ClientDisconnect:  # gone while sending its body: nothing to answer, nothing to log
+            return Response(status_code=499)
         try:
             body = json.loads(raw)
         except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
