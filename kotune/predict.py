@@ -16,7 +16,6 @@ from omegaconf import DictConfig
 
 from kotune.build import Built, build, make_collator
 from kotune.runtime import is_rank_zero, local_rank_zero_first
-from kotune.trainer import make_trainer
 from tasks.base import IGNORE
 from tasks.errors import ConfigError
 from tasks.io import write_jsonl_atomic
@@ -88,6 +87,8 @@ def predictor_for(cfg: DictConfig, b: Built, run_dir: str):
     """What runs the batches: Trainer for a checkpoint, :class:`BatchPredictor` for an ONNX export."""
     if getattr(b.model, "runtime", None) == "onnxruntime":
         return BatchPredictor(b.model, int(cfg.train.eval_batch_size), make_collator(b.tokenizer, cfg))
+    from kotune.trainer import make_trainer  # transformers' Trainer: loaded once a model is to run
+
     return make_trainer(cfg, b, run_dir)
 
 

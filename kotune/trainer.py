@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from typing import Callable
 
 import safetensors.torch
 import torch
@@ -234,9 +235,14 @@ class KotuneTrainer(Trainer):
         self._load_state(self.best_checkpoint_dir())
 
 
-def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
+def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
+                 fit_decision: Callable[[KotuneTrainer], None] | None = None) -> KotuneTrainer:
     """The trainer of a built run: evaluation in length-sorted batches scored in input order, the
-    task's main metric for ``train.select_best``."""
+    task's main metric for ``train.select_best``. ``fit_decision``: what fits the task's decision
+    on the held-out training slice (kotune.predict.fit_decision, given by action=train), run before
+    each evaluation during training, so that an evaluation decides as the end of training will
+    (multi-label ``task.threshold=tune``) and ``train.select_best`` keeps a checkpoint by the
+    decision it will be saved with (never fitted on the evaluation split)."""
     from tasks.collate import in_order, length_order, restore_order
 
     task = b.task
@@ -252,15 +258,6 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
         predictions = restore_order(p.predictions, val_order)
         return task.score(task.decode(predictions, val, b.splits[evaluated].examples), b.splits[evaluated].examples)
 
-    def tune_decision(trainer: KotuneTrainer) -> None:
-        """Each evaluation decides as the end of training will: a task that fits its decision on
-        the held-out training slice (multi-label ``task.threshold=tune``) fits it on that slice's
-        predictions by the weights being evaluated (never on the evaluation split). The checkpoint
-        ``train.select_best`` keeps is then chosen by the decision it will be saved with."""
-        from kotune.predict import fit_decision
-
-        fit_decision(trainer, b)
-
     steps_per_epoch = None
     if train is not None:
         steps_per_epoch = max(1, math.ceil(len(train) / (int(cfg.train.batch_size) * world_size()))
@@ -273,7 +270,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
         eval_dataset=in_order(b.inputs[evaluated], val_order) if do_eval else None,
         data_collator=make_collator(b.tokenizer, cfg),
         compute_metrics=compute_metrics if do_eval else None,
-        before_evaluation=tune_decision if do_eval and "tune" in b.features else None,
+        before_evaluation=fit_decision if do_eval and "tune" in b.features else None,
         mix_learning_rate=cfg.train.get("mix_learning_rate"),
         layer_lr_decay=check_layer_decay(cfg.train.get("layer_lr_decay", 1.0), bool(cfg.mode.frozen)),
         resume_config=resume_identity(cfg),

@@ -41,7 +41,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     from kotune.resume import train_resumable
     from kotune.trainer import make_trainer
 
-    trainer = make_trainer(cfg, b, run_dir)
+    trainer = make_trainer(cfg, b, run_dir, fit_decision=lambda t: fit_decision(t, b))
     log(f"training: {len(b.splits['train'].examples)} examples, "
         f"{b.model.param_counts()['trainable_params']:,} trainable parameters")
     train_metrics, train_loss, resumed_from = train_resumable(trainer, cfg, run_dir)
