@@ -123,8 +123,8 @@ def load_checkpoint_side(cfg: DictConfig, task: Task | None, onnx: bool = False)
         config = model.encoder.config
     requested = min(requested_max_length(cfg), position_limit(config))
     if task is not None and model.meta.get("max_length") and requested != model.meta["max_length"]:
-        log(f"warning: checkpoint {path} was trained with max_length={model.meta['max_length']}; "
-            f"using it (requested {requested})")
+        log(f"warning: checkpoint {path} was trained with max_length={model.meta['max_length']}: reading with "
+            f"it, not the max_length={requested} asked for")
     return Encoder(AutoTokenizer.from_pretrained(model_dir), config,
                    int(model.meta.get("max_length", requested_max_length(cfg))),
                    bool(model.meta.get("token_type_ids", uses_token_type_ids(config))),

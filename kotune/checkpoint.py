@@ -173,7 +173,9 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
             written = hydra_value(value)
             if f"task.{option}" not in given and written is not None:
                 added.append(f"++task.{option}={written}")
+    # the length it was trained with, unless one is asked for (kotune/build.py says when it differs)
+    if not {"train.max_length", "task.max_length"} & set(given) and isinstance(meta.get("max_length"), int):
+        added.append(f"train.max_length={meta['max_length']}")
     if added:
-        log(f"checkpoint {path}: {' '.join(added)} (as it was trained; an override of these on the command "
-            "line wins)")
+        log(f"checkpoint {path}: {' '.join(added)} (as it was trained)")
     return added + overrides

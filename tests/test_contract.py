@@ -113,3 +113,24 @@ def test_an_unexpected_error_leaves_its_traceback_in_the_run_dir(tmp_path, monke
     with pytest.raises(RuntimeError):
         execute(compose(["task=nli", "model=tiny", "data=sample", "keep_going_on_bugs=false"]),
                     str(tmp_path / "job2"))
+
+
+def test_a_checkpoint_read_with_nothing_asked_says_one_true_thing(run_job, tmp_path, capsys):
+    """Only ``checkpoint=``: the log says what is taken from the checkpoint and warns of nothing the
+    user did not ask for (it once said an override would win, then 'using it (requested 128)' for
+    a default nobody gave); a max_length asked for is named as not used."""
+    trained = run_job(["task=text_cls", "model=tiny", "data=sample", "train.max_steps=1", "train.max_length=64",
+                       "task.long_text=windows"], "train")
+    assert trained["status"] == "ok", trained.get("error")
+    capsys.readouterr()
+    plain = run_job(["action=eval", f"checkpoint={tmp_path / 'train'}", "data=sample"], "eval")
+    assert plain["status"] == "ok", plain.get("error")
+    said = [line for line in capsys.readouterr().out.splitlines() if "checkpoint" in line]
+    assert [line for line in said if line.startswith("[kotune] checkpoint ")] == [
+        f"[kotune] checkpoint {tmp_path / 'train'}: task=text_cls model=tiny mode=finetune ++task.long_text='windows' "
+        "++task.window_stride=32 ++task.window_pool='mean' train.max_length=64 (as it was trained)"]
+    assert not [line for line in said if "warning" in line], said
+    asked = run_job(["action=eval", f"checkpoint={tmp_path / 'train'}", "data=sample", "train.max_length=128"], "e2")
+    assert asked["status"] == "ok" and asked["max_length"] == 64, asked.get("error")
+    assert (f"warning: checkpoint {tmp_path / 'train'} was trained with max_length=64: reading with it, not the "
+            "max_length=128 asked for") in capsys.readouterr().out
