@@ -1,27 +1,9 @@
-"""Head registry: kind → ``nn.Module`` class. Heads get hidden states, never text.
+"""Heads: ``nn.Module`` s on the encoder's hidden states; they never see text. The registry, kind →
+class, is ``heads.registry.HEADS`` (imported apart, so that reading a checkpoint's JSON
+(heads/artifact.py) does not load torch).
 
 A head takes ``(hidden_states, attention_mask, **extra_inputs)`` and returns logits (a tensor or
 a tuple); ``head.loss(logits, **labels)`` gives the batch's mean loss, ``loss_sums`` and
 ``loss_counts`` the same as sums and item counts, so that training divides by the counts of a whole
 optimizer step (heads/loss.py); ``label_fields`` names the batch keys that hold labels.
 """
-from __future__ import annotations
-
-from torch import nn
-
-from heads.crf import CrfCharTokenHead, CrfTokenHead
-from heads.dependency import DependencyHead
-from heads.relation import RelationHead
-from heads.sequence import SequenceHead
-from heads.span import CharSpanHead, SpanHead
-from heads.token import CharTokenHead, TokenHead
-
-HEADS: dict[str, type[nn.Module]] = {
-    "sequence": SequenceHead,
-    "pair": SequenceHead,  # a pair is encoded as one sequence: [CLS] a [SEP] b [SEP]
-    "token": TokenHead, "token_char": CharTokenHead,  # a tag per subword / per character (NER)
-    "token_crf": CrfTokenHead, "token_char_crf": CrfCharTokenHead,  # the same, decoded by a CRF (task.crf)
-    "span": SpanHead, "span_char": CharSpanHead,  # answer start/end per token / per character (QA)
-    "relation": RelationHead,  # the two entity-start states (KLUE RE)
-    "dependency": DependencyHead,  # biaffine arcs and labels over word states (KLUE DP)
-}

@@ -120,7 +120,7 @@ LORA_BASE = {
 }
 MANIFEST = (lambda v: v is None or isinstance(v, bool) or file_name(v), "the manifest's file name")
 MODEL_SPEC = {
-    "head": (lambda v: isinstance(v, str) and v in head_kinds(), "a head kind"),
+    "head": (name, "a head kind"),
     "head_kwargs": (lambda v: isinstance(v, dict), "the head's arguments"),
     "frozen": (lambda v: isinstance(v, bool), "true or false"),
     "mode": (lambda v: v in MODES, f"a mode ({', '.join(MODES)})"),
@@ -136,7 +136,7 @@ MODEL_SPEC = {
 EXPORT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 EXPORT_SPEC = {
     "format": (lambda v: v == "onnx", "'onnx'"),
-    "head": (lambda v: isinstance(v, str) and v in head_kinds(), "a head kind"),
+    "head": (name, "a head kind"),
     "meta": (lambda v: isinstance(v, dict), "the task's record"),
     "inputs": (list_of(lambda v: v in EXPORT_INPUTS), f"a list of {', '.join(EXPORT_INPUTS)}"),
     "outputs": (list_of(name), "a list of output names"),
@@ -156,12 +156,6 @@ def keys_in(value: Any) -> list[str]:
     if isinstance(value, list):
         return [k for v in value for k in keys_in(v)]
     return []
-
-
-def head_kinds() -> tuple[str, ...]:
-    from heads import HEADS
-
-    return tuple(HEADS)
 
 
 def parse(text: str, where: str) -> Any:
@@ -205,19 +199,32 @@ def check_meta(meta: dict, where: str) -> None:
             raise ArtifactError(f"{where}: meta.columns.{role}={shown(value)} is not a column name, index or list of names")
 
 
-def check_model_spec(spec: Any, where: str) -> dict:
-    """A saved model's ``kotune.json`` (heads/model.py writes it), or one line naming the key."""
-    check_keys(spec, MODEL_SPEC, where, required=("head", "meta"))
-    check_meta(spec["meta"], where)
-    from heads import HEADS
+def check_head(spec: dict, where: str, registry: bool) -> None:
+    """The head kind and its arguments: with ``registry``, a registered kind and arguments of its
+    class (what a loader checks before it builds anything); without (the config side, before Hydra
+    composes, which never reads them), plain names and values, and torch stays unloaded."""
+    kwargs = spec.get("head_kwargs") or {}
+    accepted = None
+    if registry:
+        from heads.registry import HEADS
 
-    accepted = inspect.signature(HEADS[spec["head"]]).parameters
-    for key, value in (spec.get("head_kwargs") or {}).items():
-        if key not in accepted or key in ("hidden_size", "init_std"):  # the encoder's, never saved
+        if spec["head"] not in HEADS:
+            raise ArtifactError(f"{where}: head={shown(spec['head'])} is not a head kind (known: {', '.join(HEADS)})")
+        accepted = inspect.signature(HEADS[spec["head"]]).parameters
+    for key, value in kwargs.items():
+        if not name(key) or (accepted is not None and key not in accepted) or key in ("hidden_size", "init_std"):
             raise ArtifactError(f"{where}: head_kwargs.{shown(key)[1:-1]} is not an argument of the "
-                                f"{spec['head']} head")
+                                f"{spec['head']} head")  # hidden_size, init_std: the encoder's, never saved
         if not plain_json(value):
             raise ArtifactError(f"{where}: head_kwargs.{key}={shown(value)} is not a plain value")
+
+
+def check_model_spec(spec: Any, where: str, registry: bool = True) -> dict:
+    """A saved model's ``kotune.json`` (heads/model.py writes it), or one line naming the key;
+    ``registry``: see :func:`check_head`."""
+    check_keys(spec, MODEL_SPEC, where, required=("head", "meta"))
+    check_meta(spec["meta"], where)
+    check_head(spec, where, registry)
     if spec.get("lora"):
         check_keys(spec["lora"], LORA, where, "lora.", required=("base", "vocab_size"))
         base = check_keys(spec["lora"]["base"], LORA_BASE, where, "lora.base.", required=("model", "seed", "vocab_size"))
@@ -228,10 +235,12 @@ def check_model_spec(spec: Any, where: str) -> dict:
     return spec
 
 
-def check_export_spec(spec: Any, where: str) -> dict:
-    """An ONNX export's ``kotune_export.json`` (heads/onnx.py writes it), or one line naming the key."""
+def check_export_spec(spec: Any, where: str, registry: bool = True) -> dict:
+    """An ONNX export's ``kotune_export.json`` (heads/onnx.py writes it), or one line naming the key;
+    ``registry``: see :func:`check_head`."""
     check_keys(spec, EXPORT_SPEC, where, required=("format", "head", "meta", "files", "model_file"))
     check_meta(spec["meta"], where)
+    check_head(spec, where, registry)
     if spec["model_file"] not in spec["files"]:
         raise ArtifactError(f"{where}: model_file={shown(spec['model_file'])} is not one of its files "
                             f"({', '.join(spec['files'])})")

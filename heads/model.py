@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from heads import HEADS
+from heads.registry import HEADS
 from heads.layers import LayerMixer, check_pooling, parse_layers
 from heads.loss import mean_of_terms
 from heads.native import default_dropout, head_style, takes_pooler

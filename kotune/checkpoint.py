@@ -38,7 +38,7 @@ def checkpoint_model_dir(path: str) -> str:
     raise KotuneError(f"checkpoint={path}: no saved model there (expected {path}/model/{SPEC_FILE})")
 
 
-def read_spec(path: str) -> dict:
+def read_spec(path: str, registry: bool = True) -> dict:
     """The saved model's ``kotune.json`` (head, frozen, meta: task, labels, task options, ...), or
     an ONNX export's ``kotune_export.json`` (head and meta as saved), checked: every key as kotune
     writes it (heads/artifact.py), its task and mode presets of conf/, its task options the task's,
@@ -56,7 +56,7 @@ def read_spec(path: str) -> dict:
     except ValueError as e:  # malformed JSON, or not UTF-8
         raise ArtifactError(f"{where}: not a JSON file kotune wrote ({str(e).splitlines()[0]})") from None
     check_preset_names(spec, where)
-    (check_export_spec if export else check_model_spec)(spec, where)
+    (check_export_spec if export else check_model_spec)(spec, where, registry)
     check_task_options(spec, where)
     check_files(folder, f"checkpoint {path}")
     return spec
@@ -158,7 +158,9 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
     from heads.artifact import ArtifactError
 
     try:
-        spec = read_spec(path)  # checked: a checkpoint kotune will not read is one line from here
+        # checked: a checkpoint kotune will not read is one line from here; its head kind and arguments
+        # against the head registry (torch) when a loader reads it, before anything is built
+        spec = read_spec(path, registry=False)
     except ArtifactError:
         raise
     except (KotuneError, OSError):

@@ -294,6 +294,17 @@ def sample_file(task_cfg: DictConfig, split: str) -> str:
     raise ConfigError(f"task {task_cfg.name} ships no sample {stem} file in {folder}")
 
 
+def require_data_files(data: DictConfig, need: tuple[str, ...]) -> None:
+    """The local files ``need`` reads exist, in the order load_splits reads them: checked before a
+    checkpoint's model loads, so a mistyped path is answered in a second, not after torch loads."""
+    keys = (["predict_file"] if "predict" in need else []) + \
+        (["train_file", "validation_file"] if {"train", "validation"} & set(need) else [])
+    for key in keys:
+        path = data.get(key)
+        if path and not os.path.exists(str(path)):
+            raise DataError(str(path), None, "file not found")
+
+
 def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) -> dict[str, Split]:
     """Read the splits in ``need`` ('train', 'validation', 'predict'; 'select': where action=train
     selects its checkpoint when not on the validation split) from files, samples or hub."""

@@ -181,23 +181,39 @@ def test_text_cls_without_files_says_which_option(tmp_path):
     assert "data.train_file" in line
 
 
-def test_a_data_mistake_is_answered_before_torch_and_the_trainer_load(tmp_path):
-    """A missing file is answered in about 2 s, not the ~10 s of importing torch and transformers'
-    Trainer first (an import at a module's top brings those seconds back: this test sees it)."""
+def answered_before_torch(args: list[str], said: str, tmp_path) -> None:
+    """The command fails saying ``said`` with neither torch nor transformers' Trainer imported: a
+    mistake answered in about a second, not after the ~10 s of importing them (an import at a
+    module's top brings those seconds back: this sees it)."""
     import subprocess
     import sys
 
     from conftest import ROOT
 
-    argv = ["run.py", "task=text_cls", "model=tiny", f"data.train_file={tmp_path / 'nope.json'}",
-            f"hydra.run.dir={tmp_path / 'run'}"]
+    argv = ["run.py", *args, f"hydra.run.dir={tmp_path / 'run'}"]
     code = ("import atexit, runpy, sys\n"
             "atexit.register(lambda: print('loaded:', sorted({'torch', 'transformers.trainer'} & set(sys.modules))))\n"
             f"sys.argv = {argv!r}\n"
             "runpy.run_path('run.py', run_name='__main__')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "nope.json: file not found" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode != 0 and said in proc.stderr, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "loaded: []", proc.stdout[-2000:]
+
+
+def test_a_data_mistake_is_answered_before_torch_and_the_trainer_load(tmp_path):
+    answered_before_torch(["task=text_cls", "model=tiny", f"data.train_file={tmp_path / 'nope.json'}"],
+                          "nope.json: file not found", tmp_path)
+
+
+def test_a_missing_checkpoint_or_predict_file_is_answered_before_torch_loads(tmp_path, cache_dir):
+    answered_before_torch(["action=predict", f"checkpoint={tmp_path / 'nope'}", f"data.predict_file={tmp_path}/x.csv"],
+                          f"checkpoint={tmp_path / 'nope'}: no saved model there", tmp_path)
+    trained = run_cli_here(["task=text_cls", "model=tiny", "data=sample", "train.max_steps=1", "save_predictions=false",
+                            f"cache_dir={cache_dir}", f"hydra.run.dir={tmp_path / 'train'}"])
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    for action, key in (("predict", "predict_file"), ("eval", "validation_file")):
+        answered_before_torch([f"action={action}", f"checkpoint={tmp_path / 'train'}",
+                               f"data.{key}={tmp_path / 'nope.csv'}"], "nope.csv: file not found", tmp_path)
 
 
 @pytest.mark.parametrize("override,line", [

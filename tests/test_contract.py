@@ -34,7 +34,7 @@ def registered_tasks() -> list[str]:
 def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
     import torch
 
-    from heads import HEADS
+    from heads.registry import HEADS
     from heads.encoder import load_encoder, load_tokenizer
     from heads.model import KotuneModel
     from tasks import build_task

@@ -168,7 +168,7 @@ def test_token_tasks_predict_plain_text_one_sentence_per_line(setup, join, train
 # ---- what "auto" found in training decodes an unlabelled file; malformed files ------------------
 def reloaded(task_name: str, trained_task) -> object:
     """A fresh task as action=predict builds it from a checkpoint of ``trained_task``."""
-    from kotune.build import task_for_checkpoint
+    from kotune.checkpoint_fit import task_for_checkpoint
     from tasks import build_task
 
     meta = {"labels": trained_task.labels,  # what kotune/build.py saves with the model

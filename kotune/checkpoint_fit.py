@@ -1,0 +1,81 @@
+"""What a checkpoint's model asks of the run that reads it: the mode it was saved by, the task
+options its weights depend on (``Task.saved_options``) and the columns its task read (kotune/build.py
+applies them)."""
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from kotune.checkpoint import checkpoint_model_dir
+from tasks.base import Task
+from tasks.errors import ConfigError
+from tasks.log import log
+
+
+def check_checkpoint_mode(cfg: DictConfig, model, checkpoint: str, training: bool) -> None:
+    """A checkpoint is read as the mode that saved it. Asking ``mode=lora`` of a checkpoint without
+    an adapter, or continuing training in another mode than the saved one, is one line saying which."""
+    saved, asked = model.mode, str(cfg.mode.name)
+    if saved == asked:
+        return
+    if asked == "lora":
+        model_dir = checkpoint_model_dir(checkpoint)
+        raise ConfigError(f"mode=lora: checkpoint {checkpoint} was saved by mode={saved} (its whole encoder, no LoRA "
+                          f"adapter); read it without mode=lora, or put LoRA on its encoder in a new run with "
+                          f"model.name_or_path={model_dir}/encoder +model.tokenizer_path={model_dir}")
+    if training and saved == "lora":
+        raise ConfigError(f"checkpoint {checkpoint} was saved by mode=lora (an adapter on "
+                          f"{model.lora['base']['model'].get('name_or_path') or model.lora['base']['model'].get('name')}); "
+                          f"continue it with mode=lora, or action=export it (the adapter merged) and start "
+                          f"mode={asked} from the export with model.name_or_path=EXPORT_DIR")
+    if training:
+        raise ConfigError(f"checkpoint {checkpoint} was saved by mode={saved}: continue it with mode={saved} "
+                          f"(mode={asked} would train it another way than its own)")
+    if saved == "lora":
+        log(f"checkpoint {checkpoint}: a LoRA adapter (r={model.lora['r']} on {model.lora['target_modules']}) "
+            f"and its head, read as mode=lora")
+
+
+def use_saved_columns(task: Task, meta: dict, checkpoint: str) -> None:
+    """The columns the checkpoint's task read in training (``data.<role>_column`` or a conventional
+    name it found), when it is this task: a file that has them is read with them, so a file like the
+    training file needs no column settings; a file in the preset's own format is read with the
+    preset's; a ``data.<role>_column`` still wins (``Task.columns_for_file``)."""
+    if meta.get("columns") and meta.get("task") == task.name:
+        task.checkpoint_columns = {role: column for role, column in dict(meta["columns"]).items()
+                                   if role in task.default_columns}
+        task.checkpoint_name = f"checkpoint {checkpoint}"
+
+
+def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
+    """The requested task, with the options the checkpoint's model depends on taken from what was
+    saved (``Task.saved_options``): a different head is an error, an encoding difference a warning
+    (the saved value is used), a requested ``auto`` what it resolved to in training. Another task
+    that fits (an NLI model on a text_pair file) is fine."""
+    saved_head = meta.get("head")
+    if saved_head and saved_head != task.head:  # e.g. QA's task.decode=char needs the span_char head
+        other = meta.get("task") not in (None, task.name)
+        hint = (f"leave task= out to use the checkpoint's task={meta['task']}" if other
+                else "leave the task options out: the checkpoint's apply")
+        raise ConfigError(f"task={task.name}: checkpoint {checkpoint} has a '{saved_head}' head, this task with "
+                          f"these options needs '{task.head}' ({hint})")
+    saved = meta.get("task_options") or {}
+    changes = {}
+    for option, policy in task.saved_options.items():
+        if option not in saved or saved[option] == task.cfg.get(option):
+            continue
+        if policy == "auto":  # what "auto" found in the training data stands in for a requested auto
+            # (or for a value the task resolves in training: multi-label threshold=tune, its tuned thresholds)
+            if task.cfg.get(option) in (None, "auto", *getattr(task, "checkpoint_resolves", {}).get(option, ())):
+                changes[option] = saved[option]
+            continue
+        if policy == "error":
+            raise ConfigError(f"task.{option}={task.cfg.get(option)}: checkpoint {checkpoint} was trained with "
+                              f"task.{option}={saved[option]}, which gives a different model")
+        log(f"warning: checkpoint {checkpoint} was trained with task.{option}={saved[option]}; using it "
+            f"(requested {task.cfg.get(option)})")
+        changes[option] = saved[option]
+    if changes:
+        cfg = OmegaConf.to_container(task.cfg, resolve=True)
+        task = type(task)(OmegaConf.create({**cfg, **changes}))
+    task.labels = meta.get("labels", task.labels)
+    return task
