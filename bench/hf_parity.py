@@ -6,7 +6,7 @@ for the sequence (hate speech), pair (KLUE NLI), token (KLUE NER) and span (KorQ
 
 - kotune: ``kotune.job.execute`` (``model.init=pretrained`` from the checkpoint);
 - HF: stock ``AutoModelFor{SequenceClassification,TokenClassification,QuestionAnswering}`` +
-  ``transformers.Trainer`` with the same TrainingArguments (kotune.trainer.training_arguments), the same
+  ``transformers.Trainer`` with the same TrainingArguments (kotune.training_args.training_arguments), the same
   encoded features, the same decoding and metric (kotune's task), the same seeds.
 
 (a) before training, with kotune's head weights copied into the HF model: max |logit difference|;
@@ -130,7 +130,7 @@ def hf_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, wo
     from transformers import AutoTokenizer, Trainer
 
     from kotune.build import make_collator, requested_max_length
-    from kotune.trainer import training_arguments
+    from kotune.training_args import training_arguments
     from tasks import build_task
     from tasks.base import EncodeSettings, encode_cached, load_splits
 

@@ -95,7 +95,8 @@ def pretrain_config(batch: int, steps: int, precision: str = "fp32"):
 
 def kotune_trainer(model, tokenizer, rows: list[dict], batch: int, steps: int, out: str, precision: str = "fp32"):
     """What ``action=pretrain`` builds: its arguments, Trainer class, keyed rows and collator."""
-    from kotune.trainer import PretrainingTrainer, training_arguments
+    from kotune.trainer import PretrainingTrainer
+    from kotune.training_args import training_arguments
     from tasks import pretrain
 
     cfg = pretrain_config(batch, steps, precision)
@@ -108,7 +109,8 @@ def kotune_trainer(model, tokenizer, rows: list[dict], batch: int, steps: int, o
 def kotune_before_trainer(model, tokenizer, rows: list[dict], batch: int, steps: int, out: str):
     """``action=pretrain`` before masked-position prediction and keyed masks: kotune's arguments and
     Trainer class, the model's full forward, the library collator on the global RNG."""
-    from kotune.trainer import KotuneTrainer, training_arguments
+    from kotune.trainer import KotuneTrainer
+    from kotune.training_args import training_arguments
     from tasks import pretrain
 
     cfg = pretrain_config(batch, steps)

@@ -68,7 +68,8 @@ from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 from kotune.build import Built, build  # noqa: E402
 from kotune.predict import predict  # noqa: E402
 from kotune.runtime import pad_multiple, quiet_libraries  # noqa: E402
-from kotune.trainer import make_trainer, training_arguments  # noqa: E402
+from kotune.trainer import make_trainer  # noqa: E402
+from kotune.training_args import training_arguments  # noqa: E402
 from bench.common import PeakMemory, matmul_peak, median, sync, timed  # noqa: E402
 from tasks.base import Split  # noqa: E402
 from tasks.collate import length_order  # noqa: E402

@@ -1,8 +1,9 @@
-"""``action=serve``'s pieces: the :class:`Predictor` (inputs → the records action=predict writes,
-through the same encoding, length-sorted batches, decoding and records), the :class:`Batcher`
-(concurrent requests joined into batches of up to ``serve.max_batch_size`` texts, the first
-waiting at most ``serve.max_wait_ms``), the FastAPI app (``POST /predict``, ``GET /health``) and
-the ASGI guard in front of it (API key, body size and time limits, a JSON answer for every error).
+"""``action=serve``'s app: the :class:`Predictor` (inputs → the records action=predict writes,
+through the same encoding, length-sorted batches, decoding and records) and the FastAPI app
+(``POST /predict``, ``GET /health``), with its micro-batcher (kotune/serve_batcher.py: batches of
+up to ``serve.max_batch_size`` texts, the first waiting at most ``serve.max_wait_ms``), its request
+checks (kotune/serve_requests.py) and the ASGI guard in front of it (kotune/serve_guard.py: API key,
+body size and time limits, a JSON answer for every error).
 
 A request is one input, ``{"text": "..."}`` (``text_pair`` for pair tasks, ``question`` and
 ``context`` for QA), or a list of them: ``{"inputs": [{...}, ...]}`` (for single-text tasks plain
@@ -20,25 +21,23 @@ repeats, 503 shutting down. Work for a client that has disconnected is dropped."
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 import json
-import time
-import uuid
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
 from omegaconf import DictConfig
-from pydantic import BaseModel, ConfigDict, StrictStr
 
 from kotune.build import build, make_collator
 from kotune.predict import BatchPredictor, predict_rows, torch_forward
+from kotune.serve_batcher import Batcher
+from kotune.serve_guard import guard
+from kotune.serve_requests import (ItemFailed, PredictRequest, RequestError, ShuttingDown, data_error, error_body,
+                                   error_id, request_items)
 from tasks import build_task
 from tasks.errors import ConfigError, DataError
 from tasks.log import log, logger, warn
 
-API_KEY_ENV = "KOTUNE_API_KEY"
+
 ECHOED = ("text", "text_pair", "question", "context")  # the inputs a record repeats; left out unless ?echo=true
 
 
@@ -110,350 +109,6 @@ class Predictor:
         model = self.b.model
         return {"task": self.b.task.name, "head": model.head_kind, "runtime": self.runtime,
                 "model_file": getattr(model, "file", None), "labels": self.b.task.labels, "fields": list(self.fields)}
-
-
-# ---- errors ---------------------------------------------------------------------------------
-class RequestError(Exception):
-    """A request answered with ``status`` and ``{"error": message, "index": i}`` (index: the
-    item at fault, when one is)."""
-
-    def __init__(self, status: int, message: str, index: int | None = None, headers: dict | None = None,
-                 id: str | None = None):
-        super().__init__(message)
-        self.status, self.index, self.headers, self.id = status, index, headers, id
-
-
-class ItemFailed(Exception):
-    """Item ``index`` of a request failed in the model (``error``: why); logged under ``id``."""
-
-    def __init__(self, index: int, error: BaseException, id: str):
-        super().__init__(f"item {index}: {type(error).__name__}: {error}")
-        self.index, self.error, self.id = index, error, id
-
-
-class ShuttingDown(Exception):
-    """The server is stopping: the request is refused (503) instead of run."""
-
-
-def error_id() -> str:
-    return uuid.uuid4().hex[:8]
-
-
-def one_line(message: str) -> str:
-    return (str(message).strip().splitlines() or ["error"])[0]
-
-
-def error_body(message: str, **extra) -> bytes:
-    return json.dumps({"error": one_line(message), **{k: v for k, v in extra.items() if v is not None}},
-                      ensure_ascii=False).encode("utf-8")
-
-
-# ---- the batcher ----------------------------------------------------------------------------
-class Batcher:
-    """One worker runs the model; requests queue up and are answered batch by batch. A batch that
-    fails is run again one text at a time: only the requests whose own text fails get the error."""
-
-    def __init__(self, predict, max_batch_size: int, max_wait_ms: float):
-        self.predict, self.max_batch, self.max_wait = predict, max(1, int(max_batch_size)), max(0.0, max_wait_ms / 1000)
-        self.queue: asyncio.Queue | None = None
-        self.carry: tuple | None = None  # a request that did not fit the last batch: it opens the next
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kotune-model")
-        self.waiting: set[asyncio.Future] = set()  # every request not yet answered
-        self.closing = False
-        self.stats = {"requests": 0, "texts": 0, "batches": 0, "largest_batch": 0, "model_s": 0.0,
-                      "dropped": 0, "failed_items": 0, "refused": 0}
-
-    def enqueue(self, examples: list[dict]) -> asyncio.Future:
-        """A future of the request's records; cancel it to take the request back (a client gone)."""
-        if self.closing:
-            raise ShuttingDown()
-        future = asyncio.get_running_loop().create_future()
-        self.queue = self.queue or asyncio.Queue()
-        self.waiting.add(future)
-        future.add_done_callback(self.waiting.discard)
-        self.queue.put_nowait((examples, future))
-        return future
-
-    async def submit(self, examples: list[dict]) -> list[dict]:
-        return await self.enqueue(examples)
-
-    def refuse_all(self) -> int:
-        """Every request not yet answered gets :class:`ShuttingDown`; returns how many."""
-        refused = 0
-        for future in list(self.waiting):
-            if not future.done():
-                future.set_exception(ShuttingDown())
-                refused += 1
-        self.stats["refused"] += refused
-        return refused
-
-    def _live(self, item: tuple) -> bool:
-        """Whether a queued request is still to run: not cancelled (its client went away before
-        its turn: dropped), not refused (a shutdown)."""
-        if item[1].cancelled():
-            self.stats["dropped"] += 1
-        return not item[1].done()
-
-    async def _next_batch(self) -> list[tuple]:
-        loop = asyncio.get_running_loop()
-        first, self.carry = self.carry, None
-        while first is None or not self._live(first):
-            first = await self.queue.get()
-        pending, size, deadline = [first], len(first[0]), loop.time() + self.max_wait
-        while size < self.max_batch:
-            try:
-                item = await asyncio.wait_for(self.queue.get(), max(0.0, deadline - loop.time()))
-            except asyncio.TimeoutError:
-                break
-            if not self._live(item):
-                continue
-            if size + len(item[0]) > self.max_batch:
-                self.carry = item
-                break
-            pending.append(item)
-            size += len(item[0])
-        return pending
-
-    async def _run(self, examples: list[dict]) -> list[dict]:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self.predict, examples)
-
-    async def _one_by_one(self, pending: list[tuple], failure: BaseException, n_texts: int) -> None:
-        """After ``failure`` of a batch: every text again alone; a request gets its records, or
-        the first of its items that fails (logged once, with its index)."""
-        for exs, future in pending:
-            records = []
-            for i, ex in enumerate(exs):
-                if future.done():
-                    break
-                try:
-                    records.extend(await self._run([ex]))
-                except Exception as e:  # noqa: BLE001 - this request fails; the others are answered
-                    failed = ItemFailed(i, e, error_id())
-                    self.stats["failed_items"] += 1
-                    warn(f"request failed [{failed.id}]: {failed} (a batch of {n_texts} texts failed with "
-                         f"{type(failure).__name__}; each text was run again alone, the others answered)")
-                    if not future.done():
-                        future.set_exception(failed)
-                    break
-            else:
-                if not future.done():
-                    future.set_result(records)
-
-    async def run(self) -> None:
-        self.queue = self.queue or asyncio.Queue()
-        while True:
-            pending = [p for p in await self._next_batch() if self._live(p)]
-            if not pending:
-                continue
-            examples = [ex for exs, _ in pending for ex in exs]
-            started = time.perf_counter()
-            try:
-                records = await self._run(examples)
-            except Exception as e:  # noqa: BLE001 - one bad text fails its own request, not its batch
-                if len(examples) == 1:
-                    failed = ItemFailed(0, e, error_id())
-                    self.stats["failed_items"] += 1
-                    warn(f"request failed [{failed.id}]: {failed}")
-                    if not pending[0][1].done():
-                        pending[0][1].set_exception(failed)
-                else:
-                    await self._one_by_one(pending, e, len(examples))
-                continue
-            self.stats["model_s"] += time.perf_counter() - started
-            self.stats["requests"] += len(pending)
-            self.stats["texts"] += len(examples)
-            self.stats["batches"] += 1
-            self.stats["largest_batch"] = max(self.stats["largest_batch"], len(examples))
-            first = 0
-            for exs, future in pending:
-                if not future.done():
-                    future.set_result(records[first:first + len(exs)])
-                first += len(exs)
-
-
-# ---- requests -------------------------------------------------------------------------------
-class Item(BaseModel):
-    """One input: the fields of the served task (``Task.request_fields``); strings only."""
-
-    model_config = ConfigDict(extra="forbid")
-    text: StrictStr | None = None
-    text_pair: StrictStr | None = None
-    question: StrictStr | None = None
-    context: StrictStr | None = None
-
-
-class PredictRequest(Item):
-    """One input, or a list of them in ``inputs`` (the OpenAPI schema of ``POST /predict``)."""
-
-    inputs: list[Item | StrictStr] | None = None
-
-
-def check_text(value: Any, name: str, max_chars: int) -> str | None:
-    """What is wrong with one field's value (None: nothing): not a string, empty, a lone UTF-16
-    surrogate (JSON's ``"\\ud800"``: no character, and no UTF-8 for the tokenizer), a NUL, more than
-    ``max_chars`` characters."""
-    if not isinstance(value, str):
-        return f"{name}: a string is expected, got {type(value).__name__ if value is not None else 'null'}"
-    if not value.strip():
-        return f"{name}: empty"
-    if len(value) > max_chars:
-        return f"{name}: {len(value)} characters, over serve.max_text_chars={max_chars}"
-    if "\x00" in value:
-        return f"{name}: a NUL character (\\u0000) at character {value.index(chr(0))}"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return (f"{name}: a lone surrogate (\\u{ord(value[e.start]):04x}) at character {e.start}; "
-                "a character outside the BMP is a \\ud8xx\\udcxx pair")
-    return None
-
-
-def request_items(body: Any, fields: tuple[str, ...], max_items: int,
-                  max_chars: int = 10**9) -> tuple[list[dict[str, str]], bool]:
-    """The inputs of a parsed JSON body as dicts of ``fields``, and whether it was a single input.
-    A :class:`RequestError` says what is wrong, naming the item and its index."""
-    takes = ", ".join(fields)
-    if not isinstance(body, dict):
-        raise RequestError(422, f"body: a JSON object is expected ({{\"{fields[0]}\": ...}} or {{\"inputs\": [...]}}), "
-                                f"got {type(body).__name__ if body is not None else 'null'}")
-    if "inputs" not in body:
-        raw, single = [body], True
-    elif set(body) - {"inputs"}:
-        raise RequestError(422, f"give one input ({takes}) or a list in 'inputs', not both")
-    elif not isinstance(body["inputs"], list):
-        raise RequestError(422, f"inputs: a list is expected, got {type(body['inputs']).__name__}")
-    else:
-        raw, single = body["inputs"], False
-    if not raw:
-        raise RequestError(422, "inputs: empty")
-    if len(raw) > max_items:
-        raise RequestError(413, f"{len(raw)} inputs, over serve.max_items={max_items}")
-    items = []
-    for i, item in enumerate(raw):
-        where = "" if single else f"item {i}: "
-        if isinstance(item, str) and not single:
-            if fields != ("text",):
-                raise RequestError(422, f"{where}a string; this task takes objects with {takes}", i)
-            item = {"text": item}
-        if not isinstance(item, dict):
-            raise RequestError(422, f"{where}an object with {takes} is expected, got {type(item).__name__}", i)
-        extra = [k for k in item if k not in fields]
-        if extra:
-            raise RequestError(422, f"{where}{extra[0]}: not a field; this task takes {takes}", i)
-        missing = [f for f in fields if f not in item]
-        if missing:
-            raise RequestError(422, f"{where}{missing[0]}: missing; this task takes {takes}", i)
-        for name in fields:
-            wrong = check_text(item[name], name, max_chars)
-            if wrong:
-                raise RequestError(422, where + wrong, i)
-        items.append(item)
-    return items, single
-
-
-def data_error(e: DataError, single: bool) -> RequestError:
-    """A task's own check of a request (``request:item 3: ...``) as a 422 with the item's index."""
-    where = str(e.where or "")
-    index = int(where.split()[-1]) if where.startswith("item ") and where.split()[-1].isdigit() else None
-    return RequestError(422, (e.what if single else f"{where}: {e.what}") if e.where else str(e), index)
-
-
-# ---- the ASGI guard -------------------------------------------------------------------------
-async def send_json(send, status: int, body: bytes, headers: dict | None = None) -> None:
-    extra = [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *extra]})
-    await send({"type": "http.response.body", "body": body})
-
-
-def guard(app, max_body_bytes: int, body_timeout_s: float, api_key: str | None):
-    """ASGI middleware in front of the app: ``Authorization: Bearer <serve.api_key>`` when a key is
-    set (401), a body over ``max_bytes`` (declared or streamed: 413, unread), a body still arriving
-    ``body_timeout_s`` after its request began (408, the connection closed), and a JSON 500 (or 503
-    when the server cancels it) for whatever escapes the app."""
-    from starlette.exceptions import HTTPException
-
-    key = api_key.encode("utf-8") if api_key else None
-
-    async def guarded(scope, receive, send):
-        if scope["type"] != "http":
-            return await app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        if key is not None:
-            given = headers.get(b"authorization", b"")
-            scheme, _, token = given.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), key):
-                return await send_json(send, 401, error_body("missing or wrong API key: send Authorization: Bearer "
-                                                             "<serve.api_key>"), {"www-authenticate": "Bearer"})
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            return await send_json(send, 413, error_body(f"request body over serve.max_body_bytes={max_body_bytes}"),
-                                   {"connection": "close"})
-        loop = asyncio.get_running_loop()
-        deadline, received, complete = loop.time() + body_timeout_s, 0, False
-
-        async def limited_receive():
-            nonlocal received, complete
-            if complete:  # the body is in: what follows is the wait for a disconnect, untimed
-                return await receive()
-            try:
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
-            except asyncio.TimeoutError:
-                raise HTTPException(408, f"request body not complete after serve.body_timeout_s={body_timeout_s:g}",
-                                    headers={"connection": "close"}) from None
-            if message["type"] != "http.request" or not message.get("more_body"):
-                complete = True
-            received += len(message.get("body", b"")) if message["type"] == "http.request" else 0
-            if received > max_body_bytes:
-                raise HTTPException(413, f"request body over serve.max_body_bytes={max_body_bytes}",
-                                    headers={"connection": "close"})
-            return message
-
-        started = False
-
-        async def tracked_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await app(scope, limited_receive, tracked_send)
-        except asyncio.CancelledError:  # the server's grace period ran out before this request finished
-            if started:
-                raise
-            warn(f"{scope.get('method')} {scope.get('path')}: stopped by the shutdown (503)")
-            await send_json(send, 503, error_body("the server is shutting down; retry"), {"connection": "close"})
-        except Exception as e:  # noqa: BLE001 - answered as JSON, logged once
-            if started:  # the app answered already (its 500 handler), then re-raised
-                return
-            eid = error_id()
-            logger.error(f"error [{eid}]: {scope.get('method')} {scope.get('path')}: {type(e).__name__}: {e}",
-                         exc_info=e)
-            await send_json(send, 500, error_body(f"internal error {eid}: {type(e).__name__}", id=eid))
-
-    return guarded
-
-
-def body_limit(app, max_bytes: int):
-    """A body over ``max_bytes`` gets 413 (the guard without a key or a body time limit)."""
-    return guard(app, max_bytes, 3600.0, None)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def resolve_api_key(cfg: DictConfig, environ: dict) -> str | None:
-    """``serve.api_key``, else the environment's ``KOTUNE_API_KEY``; None (no key) when neither is set."""
-    key = cfg.serve.get("api_key")
-    key = str(key) if key not in (None, "") else environ.get(API_KEY_ENV) or None
-    return key
 
 
 # ---- the app --------------------------------------------------------------------------------
@@ -596,3 +251,4 @@ def make_server(app, batcher: Batcher, host: str, port: int, *, keep_alive_s: fl
 
     return Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                                  timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=shutdown_grace_s))
+

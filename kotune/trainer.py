@@ -1,108 +1,26 @@
-"""``transformers.Trainer`` as kotune uses it: ``cfg.train`` → ``TrainingArguments``, the Trainer
-subclass (evaluation order, scalar-mix learning rate, checkpoints that resume exactly) and the
-trainer of a built run."""
+"""``transformers.Trainer`` as kotune uses it: the Trainer subclass (evaluation order, scalar-mix
+learning rate, checkpoints that resume exactly) and the trainer of a built run (its
+``TrainingArguments``: kotune/training_args.py)."""
 from __future__ import annotations
 
 import math
 import os
-import sys
 from typing import Callable
 
 import safetensors.torch
 import torch
 from omegaconf import DictConfig
 from torch.utils.data import SequentialSampler
-from transformers import PreTrainedModel, Trainer, TrainingArguments
+from transformers import PreTrainedModel, Trainer
 
 from kotune import early_stopping, pruning
 from kotune.build import Built, make_collator
 from kotune.optim import check_layer_decay, parameter_groups
 from kotune.resume import COMPLETE, resume_identity
-from kotune.runtime import cpu_only, dataloader_workers, world_size
-from tasks.errors import ConfigError, KotuneError
+from kotune.runtime import world_size
+from kotune.training_args import tensorboard_dir, training_arguments
+from tasks.errors import KotuneError
 from tasks.io import write_json_atomic
-
-
-def loggers(cfg: DictConfig) -> list[str]:
-    """``train.report_to``: the Trainer integrations to log to (``none``: none)."""
-    value = cfg.train.get("report_to") or "none"
-    names = [str(value)] if isinstance(value, str) else [str(v) for v in value]
-    return [n for n in names if n != "none"]
-
-
-def tensorboard_dir(cfg: DictConfig, run_dir: str) -> str | None:
-    """Where TensorBoard events go when ``train.report_to`` names it: ``<run dir>/tensorboard`` (the
-    library's default, ./runs of the working directory, would mix every run's curves)."""
-    if "tensorboard" not in loggers(cfg):
-        return None
-    import importlib.util
-
-    if not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
-        raise ConfigError('train.report_to=tensorboard needs the tensorboard package: pip install -e ".[tensorboard]"')
-    return os.path.join(run_dir, "tensorboard")
-
-
-def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do_eval: bool,
-                       steps_per_epoch: int | None = None, main_metric: str | None = None,
-                       greater_is_better: bool = True) -> TrainingArguments:
-    """``cfg.train`` → ``TrainingArguments``. ``train.select_best`` (needs ``do_eval``) evaluates
-    ``train.evals_per_epoch`` times per epoch and keeps the checkpoint with the best
-    ``main_metric``; checkpoints otherwise follow ``train.save_strategy``."""
-    import torch
-
-    t = cfg.train
-    precision = str(t.precision)
-    if precision not in ("fp32", "bf16", "fp16"):
-        raise ConfigError(f"train.precision must be fp32, bf16 or fp16, got '{precision}'")
-    cuda = torch.cuda.is_available()
-    if precision == "fp16" and not cuda:
-        raise ConfigError("train.precision=fp16 needs a CUDA GPU (autocast with a loss scaler); "
-                          "on CPU use bf16 or fp32")
-    workers = dataloader_workers(t)
-    eval_strategy = str(t.eval_strategy) if do_eval else "no"
-    save_strategy, save_steps, eval_steps, best = str(t.save_strategy), int(t.get("save_steps", 500)), None, {}
-    if t.get("select_best"):
-        if not do_eval:
-            raise ConfigError("train.select_best=true needs a validation split to select on")
-        evals = max(1, int(t.get("evals_per_epoch", 4)))
-        eval_steps = max(1, (steps_per_epoch or 1) // evals)
-        eval_strategy = save_strategy = "steps"
-        save_steps = eval_steps
-        best = {"load_best_model_at_end": True, "metric_for_best_model": main_metric,
-                "greater_is_better": greater_is_better}
-    return TrainingArguments(
-        output_dir=os.path.join(run_dir, "checkpoints"),
-        learning_rate=float(t.learning_rate),
-        num_train_epochs=float(t.epochs),
-        max_steps=int(t.max_steps),
-        per_device_train_batch_size=int(t.batch_size),
-        per_device_eval_batch_size=int(t.eval_batch_size),
-        gradient_accumulation_steps=int(t.grad_accum),
-        warmup_steps=float(t.warmup_ratio),  # < 1: a fraction of the total steps
-        weight_decay=float(t.weight_decay),
-        seed=int(t.seed),
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        torch_compile=bool(t.get("compile", False)),
-        eval_strategy=eval_strategy,
-        eval_steps=eval_steps,
-        save_strategy=save_strategy,
-        save_steps=save_steps,
-        save_total_limit=t.get("save_total_limit"),
-        **best,
-        **early_stopping.training_arguments(cfg),  # train.early_stopping_patience: its counter resumes
-        logging_steps=int(t.logging_steps),
-        report_to=[n for n in loggers(cfg) if n != "tensorboard"] or "none",  # tensorboard: KotuneTrainer
-        remove_unused_columns=False,  # features carry only model inputs; ids stay outside
-        label_names=list(label_names),
-        train_sampling_strategy="group_by_length" if t.group_by_length else "random",
-        use_cpu=cpu_only(),
-        dataloader_num_workers=workers,
-        dataloader_persistent_workers=workers > 0,  # not re-forked for every evaluation
-        dataloader_pin_memory=cuda,
-        ddp_find_unused_parameters=bool(cfg.mode.frozen) or None,
-        disable_tqdm=not sys.stderr.isatty() and os.environ.get("KOTUNE_PROGRESS", "1") == "0",
-    )
 
 
 def _summary_writer(log_dir: str):
@@ -251,7 +169,8 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
     evaluated = "select" if "select" in b.features else "validation"
     val = b.features.get(evaluated)
     train = b.features.get("train")
-    do_eval = val is not None and train is not None and (cfg.train.eval_strategy != "no" or cfg.train.get("select_best"))
+    do_eval = (val is not None and train is not None
+               and (cfg.train.eval_strategy != "no" or bool(cfg.train.get("select_best"))))
     val_order = length_order(val) if do_eval else None  # sorted batches, as in predict()
 
     def compute_metrics(p) -> dict:

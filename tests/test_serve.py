@@ -220,7 +220,8 @@ def test_the_server_answers_64_concurrent_requests_as_predict_does(demo, served)
 def test_a_failed_batch_is_run_again_item_by_item_and_fails_only_the_bad_request():
     """The model fails on a batch holding one bad text: each text runs again alone, the 30 good
     requests get their answers, the bad one the error with its index (in its own request)."""
-    from kotune.serving import Batcher, ItemFailed
+    from kotune.serve_batcher import Batcher
+    from kotune.serve_requests import ItemFailed
 
     calls = []
 
@@ -246,7 +247,7 @@ def test_a_failed_batch_is_run_again_item_by_item_and_fails_only_the_bad_request
 
 
 def test_items_are_checked_before_they_join_a_batch():
-    from kotune.serving import RequestError, request_items
+    from kotune.serve_requests import RequestError, request_items
 
     def refused(body, fields=("text",)):
         with pytest.raises(RequestError) as e:
@@ -266,7 +267,7 @@ def test_items_are_checked_before_they_join_a_batch():
 
 
 def test_the_api_key_comes_from_the_config_or_the_environment_and_loopback_is_told_apart():
-    from kotune.serving import is_loopback, resolve_api_key
+    from kotune.serve_guard import is_loopback, resolve_api_key
 
     cfg = compose([*DEMO, "action=serve"])
     assert resolve_api_key(cfg, {}) is None and resolve_api_key(cfg, {"KOTUNE_API_KEY": "k"}) == "k"

@@ -12,7 +12,8 @@ from omegaconf import DictConfig
 from kotune.build import resolve_max_length, warn_unknown_hangul
 from kotune.resume import resume_identity, train_resumable
 from kotune.runtime import local_rank_zero_first
-from kotune.trainer import PretrainingTrainer, tensorboard_dir, training_arguments
+from kotune.trainer import PretrainingTrainer
+from kotune.training_args import tensorboard_dir, training_arguments
 from tasks import pretrain
 from tasks.atomic_dir import written_whole
 from tasks.log import log

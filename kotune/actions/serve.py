@@ -32,7 +32,9 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     seconds = {k: positive(cfg, k, float) for k in ("body_timeout_s", "keep_alive_s", "shutdown_grace_s")}
     import datasets
 
-    from kotune.serving import Batcher, Predictor, create_app, is_loopback, make_server, resolve_api_key
+    from kotune.serve_batcher import Batcher
+    from kotune.serve_guard import is_loopback, resolve_api_key
+    from kotune.serving import Predictor, create_app, make_server
 
     api_key = resolve_api_key(cfg, os.environ)
     if cfg.serve.get("api_key") not in (None, ""):
