@@ -21,8 +21,9 @@ def _masking_record_factory(factory):
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a malformed record: logging reports it itself, later
             return record
-        if "://" in message:
-            record.msg, record.args = mask_credentials(message), ()
+        masked = mask_credentials(message)
+        if masked != message:
+            record.msg, record.args = masked, ()
         return record
 
     make.kotune_masking = True

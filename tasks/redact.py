@@ -29,12 +29,24 @@ def _mask_url(match: re.Match) -> str:
     return scheme + _SECRET_PARAM.sub(lambda m: m.group(1) + MASK, rest)
 
 
+# a setting whose name says it is a secret (serve.api_key=…, api_key: … in Hydra's saved YAML,
+# "password": "…" in JSON); null and empty values are not secrets
+SECRET_NAMES = ("api_key", "apikey", "password", "passwd", "secret", "access_token", "auth_token")
+_SECRET_SETTING = re.compile(r"\b((?:%s)[\"']?\s*[=:]\s*[\"']?)(?!null\b|None\b|[\"',}\]\s]|$)([^\s\"',}\]&;#]+)"
+                             % "|".join(SECRET_NAMES), re.IGNORECASE)
+
+
 def mask_credentials(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``***``: ``user:pw@``,
-    ``:pw@``, a password holding ``@``, and ``?password=`` / ``&token=``-style parameters."""
-    if "://" not in text:
-        return text
-    return _URL.sub(_mask_url, text)
+    """``text`` with the password of every URL in it replaced by ``***`` (``user:pw@``, ``:pw@``,
+    a password holding ``@``, ``?password=`` / ``&token=``-style parameters), and the value of
+    every setting named like a secret (``serve.api_key=…``)."""
+    if "://" in text:
+        text = _URL.sub(_mask_url, text)
+    return _SECRET_SETTING.sub(lambda m: m.group(1) + MASK, text)
+
+
+def secret_name(key: str) -> bool:
+    return str(key).lower().rsplit(".", 1)[-1] in SECRET_NAMES
 
 
 def mask_tree(value: Any) -> Any:
@@ -43,7 +55,8 @@ def mask_tree(value: Any) -> Any:
     if isinstance(value, str):
         return mask_credentials(value)
     if isinstance(value, dict):
-        return {mask_tree(k) if isinstance(k, str) else k: mask_tree(v) for k, v in value.items()}
+        return {mask_tree(k) if isinstance(k, str) else k:
+                MASK if secret_name(k) and isinstance(v, str) and v else mask_tree(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [mask_tree(v) for v in value]
     return value

@@ -11,7 +11,8 @@ from tasks.redact import mask_credentials
 
 # a password holding '@' and '/', and a second one given as a query parameter (libpq's form)
 STORAGE = "postgresql+psycopg://kotune:Pa@ss/W0rd@db.example:5432/optuna?sslmode=require&password=QuerySecret"
-SECRETS = ("Pa@ss", "W0rd", "QuerySecret")
+API_KEY = "K3yS3cret-serve"
+SECRETS = ("Pa@ss", "W0rd", "QuerySecret", API_KEY)
 TINY = ["model=tiny", "train.max_steps=2", "train.batch_size=8", "save_predictions=false"]
 
 
@@ -25,6 +26,10 @@ TINY = ["model=tiny", "train.max_steps=2", "train.batch_size=8", "save_predictio
     ("sqlite:////tmp/sweep/optuna.db", "sqlite:////tmp/sweep/optuna.db"),
     ("https://huggingface.co/klue/bert-base", "https://huggingface.co/klue/bert-base"),
     ("https://example.com/@user/page", "https://example.com/@user/page"),
+    ("serve.api_key=abc-123", "serve.api_key=***"),
+    ("api_key: abc-123", "api_key: ***"),
+    ("api_key: null", "api_key: null"),
+    ("mask_token: '[MASK]'", "mask_token: '[MASK]'"),
 ])
 def test_every_credential_form_is_masked(url, masked):
     assert mask_credentials(url) == masked
@@ -43,7 +48,7 @@ def files_holding(folder: Path, secrets: tuple[str, ...]) -> list[str]:
 def test_a_single_run_and_its_export_never_write_or_log_the_password(tmp_path, cache_dir):
     run = tmp_path / "run"
     trained = run_cli_here(["task=text_cls", "data=sample", *TINY, "hparams_search=text_cls",
-                            f"hparams_search.storage='{STORAGE}'", f"cache_dir={cache_dir}",
+                            f"hparams_search.storage='{STORAGE}'", f"serve.api_key={API_KEY}", f"cache_dir={cache_dir}",
                             f"hydra.run.dir={run}"])
     assert trained.returncode == 0, trained.stderr[-2000:]
     exported = run_cli_here(["action=export", f"checkpoint={run}", f"export.dir={tmp_path / 'hf'}",
