@@ -1,7 +1,7 @@
 """Multi-label hate speech (``task=hate_multi_label``): the ``bias`` and ``hate`` columns as one set of
 four labels {gender, others, hate, offensive}, zero to two per comment; train.tsv → dev.tsv (471).
 Fine-tunes kotune's random tiny encoder and the pretrained mini encoder of bench/pretrain_gain.py
-(``--model-dir``), each deciding at 0.5 (``task.threshold`` unset) and with ``task.threshold=tune``
+(``--model-dir``), each deciding at 0.5 (``task.threshold=0.5``) and with ``task.threshold=tune``
 (10 % of train.tsv held out of training picks each label's threshold).
 
 Protocol (nothing is chosen on dev): each encoder × decision's learning rate is the best micro F1
@@ -33,7 +33,7 @@ from bench.class_weights import (SMOKE, evaluation, fine_tuning_options, hate_sp
 from bench.pretrain_gain import job, paired_gain, spread  # noqa: E402
 
 METRICS = ("micro_f1", "macro_f1", "samples_f1", "subset_accuracy")
-DECISIONS = {"0.5": [], "tune": ["task.threshold=tune"]}
+DECISIONS = {"0.5": ["task.threshold=0.5"], "tune": ["task.threshold=tune"]}  # tune is the default
 
 
 def label_sets(path: str) -> list[set[str]]:
