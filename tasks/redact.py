@@ -36,10 +36,12 @@ _SECRET_SETTING = re.compile(r"\b((?:%s)[\"']?\s*[=:]\s*[\"']?)(?!null\b|None\b|
                              % "|".join(SECRET_NAMES), re.IGNORECASE)
 
 
-def mask_credentials(text: str) -> str:
+def mask_credentials(text: object) -> str:
     """``text`` with the password of every URL in it replaced by ``***`` (``user:pw@``, ``:pw@``,
     a password holding ``@``, ``?password=`` / ``&token=``-style parameters), and the value of
-    every setting named like a secret (``serve.api_key=…``)."""
+    every setting named like a secret (``serve.api_key=…``). A value that is not a string is
+    written as one (the sweeper masks settings of any type)."""
+    text = str(text)
     if "://" in text:
         text = _URL.sub(_mask_url, text)
     return _SECRET_SETTING.sub(lambda m: m.group(1) + MASK, text)

@@ -563,9 +563,9 @@ def initial_encoders(monkeypatch) -> list[dict]:
 
     seen, make = [], kotune.trainer.make_trainer
 
-    def snapshot(cfg, b, run_dir):
+    def snapshot(cfg, b, run_dir, **options):
         seen.append({k: v.detach().clone() for k, v in b.model.encoder.state_dict().items()})
-        return make(cfg, b, run_dir)
+        return make(cfg, b, run_dir, **options)
 
     # action=train imports make_trainer when it runs (after the data is read): patched where it is defined
     monkeypatch.setattr(kotune.trainer, "make_trainer", snapshot)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, compose, run_cli_here
+from heads.artifact import shown
 
 CONF_TASK = ROOT / "conf" / "task"
 
@@ -109,7 +110,7 @@ def test_a_checkpoint_whose_task_leads_out_of_conf_is_refused_and_runs_nothing(t
     task, markers = evil_config(tmp_path)
     ck = tampered_checkpoint(trained, tmp_path, lambda spec: spec["meta"].update(task=task))
     line = refused(["action=eval", f"checkpoint={ck}", "data=sample"], tmp_path, markers)
-    assert line.startswith(f"error: checkpoint {ck}: model/kotune.json: meta.task='{task}' is not a kotune task "
+    assert line.startswith(f"error: checkpoint {ck}: model/kotune.json: meta.task={shown(task)} is not a kotune task "
                            "(known: "), line
     assert "nli" in line
     assert not any(m.exists() for m in markers)
@@ -119,7 +120,7 @@ def test_an_onnx_export_whose_task_leads_out_of_conf_is_refused_and_runs_nothing
     task, markers = evil_config(tmp_path)
     export = export_like(trained, tmp_path, lambda spec: spec["meta"].update(task=task))
     line = refused(["action=eval", f"checkpoint={export}", "data=sample"], tmp_path, markers)
-    assert line.startswith(f"error: checkpoint {export}: kotune_export.json: meta.task='{task}' is not a kotune "
+    assert line.startswith(f"error: checkpoint {export}: kotune_export.json: meta.task={shown(task)} is not a kotune "
                            "task (known: "), line
     assert not any(m.exists() for m in markers)
 
@@ -129,13 +130,13 @@ def test_the_model_name_and_the_mode_are_checked_too(trained, tmp_path):
     task, markers = evil_config(tmp_path)
     ck = tampered_checkpoint(trained, tmp_path, lambda spec: spec["meta"].update(model=task))
     line = refused(["action=eval", f"checkpoint={ck}", "data=sample"], tmp_path, markers)
-    assert f"model/kotune.json: meta.model='{task}' is not a plain model name (letters, digits, '_', '-')" in line, line
+    assert f"model/kotune.json: meta.model={shown(task)} is not a plain model name (letters, digits, '_', '-')" in line, line
     spec_file = ck / "model" / "kotune.json"
     spec = json.loads(spec_file.read_text(encoding="utf-8"))
     spec["meta"]["model"], spec["mode"] = "tiny", task
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
     line = refused(["action=eval", f"checkpoint={ck}", "data=sample"], tmp_path, markers)
-    assert f"model/kotune.json: mode='{task}' is not a kotune mode (known: finetune, frozen, lora)" in line, line
+    assert f"model/kotune.json: mode={shown(task)} is not a kotune mode (known: finetune, frozen, lora)" in line, line
     assert not any(m.exists() for m in markers)
 
 
