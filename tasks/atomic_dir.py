@@ -1,11 +1,14 @@
 """Directories that appear whole or not at all: a saved model (``<run>/model``), a native or ONNX
-export. :func:`written_whole` hands out a temporary sibling (``model.tmp-<pid>``) to write into; when
+export. :func:`written_whole` hands out a temporary sibling (``model.tmp-<host>-<pid>``) to write into; when
 everything is written it adds ``kotune_manifest.json`` (every file's size and sha256) last, fsyncs
 the files and the directory, and swaps the new directory into place: one atomic exchange of the two
-names where the system has it (Linux ``renameat2``), else the old one renamed to ``model.old-<pid>``,
+names where the system has it (Linux ``renameat2``), else the old one renamed to ``model.old-<host>-<pid>``,
 the new one renamed in and the old one removed. A save killed at any point leaves the previous
 directory as it was; :func:`settle` (on the next save, load or run) removes a dead process's
-leftovers and, should a save have died between the two renames, puts a whole directory back.
+leftovers and, should a save have died between the two renames, puts a whole directory back. A
+process is judged dead only on its own host: on a file system several machines share (torchrun
+across nodes, SLURM workers), another host's pid says nothing here, so its staging directories
+are left alone.
 
 :func:`verify_manifest` is the check on load: a file the manifest lists that is missing, of another
 size or (up to ``DIGEST_LIMIT`` bytes) of another sha256 is a one-line :class:`KotuneError` naming
@@ -21,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import time
 from typing import Iterator
 
@@ -34,7 +38,9 @@ MANIFEST_FORMAT = 1
 # hashing reads the whole file (~0.5 GB/s on one core), a size check costs nothing. Saves record
 # every file's digest.
 DIGEST_LIMIT = 64 * 1024 ** 2
-STAGING = re.compile(r"^(?P<final>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)$")  # model.tmp-123, model.old-123
+# model.tmp-node1-123, model.old-node1-123 (model.tmp-123: a save from before the host was named)
+STAGING = re.compile(r"^(?P<final>.+)\.(?P<kind>tmp|old)-(?:(?P<host>\w+)-)?(?P<pid>\d+)$")
+HOST = re.sub(r"\W", "_", socket.gethostname())[:40] or "host"
 TMP_FILE = re.compile(r"^.+\.tmp(?P<pid>\d+)$")  # tasks.io.write_json_atomic's predictions.jsonl.tmp123
 RENAME_EXCHANGE = 2
 
@@ -139,6 +145,12 @@ def manifest_lists(folder: str, name: str) -> bool | None:
 
 
 # ---- writing a directory whole --------------------------------------------------------------------
+def dead_process(m: re.Match) -> bool:
+    """A staging name's process has ended: its pid is not running on this host, which is its own
+    (a name from another host is never judged dead here)."""
+    return m["host"] in (None, HOST) and not pid_alive(int(m["pid"]))
+
+
 def pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
@@ -168,7 +180,7 @@ def swap_into_place(new: str, final: str) -> None:
     moment is ``final`` a mix of both; where an atomic exchange is not available, ``final`` is
     missing between two renames (:func:`settle` repairs a process killed there)."""
     parent = os.path.dirname(os.path.abspath(final))
-    old = f"{final}.old-{os.getpid()}"
+    old = f"{final}.old-{HOST}-{os.getpid()}"
     if not os.path.lexists(final):
         os.rename(new, final)
     elif _exchange(new, final):
@@ -200,7 +212,7 @@ def leftovers(final: str) -> list[tuple[str, str]]:
     found = []
     for entry in entries:
         m = STAGING.match(entry)
-        if m and m["final"] == name and not pid_alive(int(m["pid"])):
+        if m and m["final"] == name and dead_process(m):
             path = os.path.join(parent, entry)
             found.append((os.path.getmtime(path) if os.path.exists(path) else 0.0, m["kind"], path))
     return [(kind, path) for _, kind, path in sorted(found, reverse=True)]
@@ -238,7 +250,7 @@ def written_whole(final: str, kind: str) -> Iterator[str]:
     final = os.path.normpath(final)
     os.makedirs(os.path.dirname(os.path.abspath(final)), exist_ok=True)
     settle(final)
-    staging = f"{final}.tmp-{os.getpid()}"
+    staging = f"{final}.tmp-{HOST}-{os.getpid()}"
     remove(staging)
     os.makedirs(staging)
     try:
@@ -267,7 +279,7 @@ def clear_leftovers(folder: str) -> list[str]:
             removed.append(entry)
             continue
         m = STAGING.match(entry)
-        if m and not pid_alive(int(m["pid"])):
+        if m and dead_process(m):
             settle(os.path.join(folder, m["final"]))
             if not os.path.lexists(path):
                 removed.append(entry)

@@ -112,7 +112,9 @@ def test_a_resave_killed_midway_leaves_the_previous_model_whole_and_loadable(sav
     before = logits(saved)
     assert not torch.allclose(before, tiny_model(2).eval()(**_encoded(saved))["logits"], atol=1e-4)
     pid = save_in_subprocess(saved, tmp_path / "vocab", seed=2, stop=True)
-    leftover = saved.parent / f"model.tmp-{pid}"
+    from tasks.atomic_dir import HOST
+
+    leftover = saved.parent / f"model.tmp-{HOST}-{pid}"
     assert leftover.is_dir() and (leftover / "kotune.json").exists()  # it got that far, beside model/
     assert torch.equal(logits(saved), before)  # the old model, whole (before: the new encoder and head)
     assert not leftover.exists()  # the load tidied the dead process's staging directory
@@ -331,3 +333,31 @@ def test_an_onnx_reexport_with_overwrite_leaves_no_stale_int8_and_a_changed_file
     with pytest.raises(KotuneError) as e:
         OnnxModel(str(out))
     assert str(e.value).startswith(f"{out / 'model.onnx'}: 1000 bytes, the manifest says ")
+
+
+def test_only_this_hosts_dead_processes_leftovers_are_removed(tmp_path):
+    """On a file system several machines share, another host's pid says nothing here: its staging
+    directory (a save that may be running there) stays; this host's dead one goes, in the host-named
+    form and in the form saves had before hosts were named."""
+    from tasks.atomic_dir import HOST, clear_leftovers
+
+    dead = dead_pid()
+    names = {"mine": f"model.tmp-{HOST}-{dead}", "before_hosts": f"export.tmp-{dead}",
+             "other_host": f"model.tmp-othernode_07-{dead}"}
+    for name in names.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "kotune.json").write_text("{}")
+    (tmp_path / "model").mkdir()  # the saved model: the staging directories are leftovers, not its only copy
+    (tmp_path / "export").mkdir()
+    removed = clear_leftovers(str(tmp_path))
+    assert sorted(removed) == sorted([names["mine"], names["before_hosts"]])
+    assert (tmp_path / names["other_host"]).is_dir()
+
+
+def test_a_save_names_its_staging_directory_by_host_and_pid(tmp_path):
+    from tasks.atomic_dir import HOST, written_whole
+
+    with written_whole(str(tmp_path / "model"), "kotune-model") as staging:
+        assert os.path.basename(staging) == f"model.tmp-{HOST}-{os.getpid()}"
+        (Path(staging) / "kotune.json").write_text("{}")
+    assert sorted(os.listdir(tmp_path)) == ["model"]
