@@ -106,28 +106,23 @@ def export_like(trained: Path, tmp_path: Path, change) -> Path:
     return out
 
 
-def test_a_checkpoint_whose_task_leads_out_of_conf_is_refused_and_runs_nothing(trained, tmp_path):
+@pytest.mark.parametrize("artifact, spec_file", [("checkpoint", "model/kotune.json"),
+                                                 ("onnx export", "kotune_export.json")])
+def test_an_artifact_whose_task_leads_out_of_conf_is_refused_and_runs_nothing(artifact, spec_file, trained, tmp_path):
     task, markers = evil_config(tmp_path)
-    ck = tampered_checkpoint(trained, tmp_path, lambda spec: spec["meta"].update(task=task))
-    line = refused(["action=eval", f"checkpoint={ck}", "data=sample"], tmp_path, markers)
-    assert line.startswith(f"error: checkpoint {ck}: model/kotune.json: meta.task={shown(task)} is not a kotune task "
+    assert len(markers) == 2 and not any(m.exists() for m in markers)  # what the crafted config would create
+    make = tampered_checkpoint if artifact == "checkpoint" else export_like
+    path = make(trained, tmp_path, lambda spec: spec["meta"].update(task=task))
+    line = refused(["action=eval", f"checkpoint={path}", "data=sample"], tmp_path, markers)  # and no marker
+    assert line.startswith(f"error: checkpoint {path}: {spec_file}: meta.task={shown(task)} is not a kotune task "
                            "(known: "), line
     assert "nli" in line
-    assert not any(m.exists() for m in markers)
-
-
-def test_an_onnx_export_whose_task_leads_out_of_conf_is_refused_and_runs_nothing(trained, tmp_path):
-    task, markers = evil_config(tmp_path)
-    export = export_like(trained, tmp_path, lambda spec: spec["meta"].update(task=task))
-    line = refused(["action=eval", f"checkpoint={export}", "data=sample"], tmp_path, markers)
-    assert line.startswith(f"error: checkpoint {export}: kotune_export.json: meta.task={shown(task)} is not a kotune "
-                           "task (known: "), line
-    assert not any(m.exists() for m in markers)
 
 
 def test_the_model_name_and_the_mode_are_checked_too(trained, tmp_path):
     """meta.model may be the user's own name (``model.name=``), but a plain name: never a path."""
     task, markers = evil_config(tmp_path)
+    assert len(markers) == 2  # refused() checks that none of them appears
     ck = tampered_checkpoint(trained, tmp_path, lambda spec: spec["meta"].update(model=task))
     line = refused(["action=eval", f"checkpoint={ck}", "data=sample"], tmp_path, markers)
     assert f"model/kotune.json: meta.model={shown(task)} is not a plain model name (letters, digits, '_', '-')" in line, line
@@ -137,7 +132,6 @@ def test_the_model_name_and_the_mode_are_checked_too(trained, tmp_path):
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
     line = refused(["action=eval", f"checkpoint={ck}", "data=sample"], tmp_path, markers)
     assert f"model/kotune.json: mode={shown(task)} is not a kotune mode (known: finetune, frozen, lora)" in line, line
-    assert not any(m.exists() for m in markers)
 
 
 def minimal_checkpoint(tmp_path: Path, task_options: dict, task: str = "token_cls", **spec) -> Path:

@@ -23,7 +23,7 @@ TINY = ["model=tiny", "train.max_steps=2", "train.batch_size=8", "save_predictio
     ("postgresql://u:a/b@host/db", "postgresql://u:***@host/db"),
     ("postgresql+psycopg://u@host/db?password=sekret&sslmode=x", "postgresql+psycopg://u@host/db?password=***&sslmode=x"),
     ("mysql://u:pw@h/d?sslmode=x&PASSWORD=y", "mysql://u:***@h/d?sslmode=x&PASSWORD=***"),
-    ("sqlite:////tmp/sweep/optuna.db", "sqlite:////tmp/sweep/optuna.db"),
+    ("sqlite:///sweep/optuna.db", "sqlite:///sweep/optuna.db"),
     ("https://huggingface.co/klue/bert-base", "https://huggingface.co/klue/bert-base"),
     ("https://example.com/@user/page", "https://example.com/@user/page"),
     ("serve.api_key=abc-123", "serve.api_key=***"),
