@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any, Callable
 
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a preset, option or role name: no '.', '/', '..'
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # one file in the directory itself

@@ -14,7 +14,7 @@ from typing import Iterable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from tasks.errors import ConfigError, KotuneError
+from kotune.core.errors import ConfigError, KotuneError
 from tasks.io import hub_reachable
 
 HANGUL = range(0xAC00, 0xD7A4)

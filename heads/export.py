@@ -21,9 +21,9 @@ import torch
 
 from heads.native import head_style
 from tasks import TASKS
-from tasks.atomic_dir import written_whole
-from tasks.errors import ConfigError
-from tasks.log import warn
+from kotune.core.atomic_dir import written_whole
+from kotune.core.errors import ConfigError
+from kotune.core.log import warn
 
 CLASS_PREFIX = {"bert": "Bert", "roberta": "Roberta", "electra": "Electra"}
 SUFFIX = {"sequence": "ForSequenceClassification", "pair": "ForSequenceClassification",
@@ -200,7 +200,7 @@ def export_directory(model_dir: str, out_dir: str, finish: Callable[[dict, str],
     """Write a saved kotune model (``model_dir``) as a standard transformers directory that
     ``transformers.pipeline(<task>, model=out_dir)`` serves: the native class's config (with
     ``id2label``/``label2id``) and weights, and the model's own tokenizer (:func:`load_native`).
-    ``out_dir`` appears whole or not at all, replacing what was there (tasks/atomic_dir.py, with
+    ``out_dir`` appears whole or not at all, replacing what was there (kotune/core/atomic_dir.py, with
     ``kotune_manifest.json``); ``finish(summary, folder)`` adds files (the model card) before that."""
     n = load_native(model_dir)
     res = export_summary(n, out_dir)

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from heads.layers import LayerSpec
-from tasks.errors import ConfigError
-from tasks.log import log
+from kotune.core.errors import ConfigError
+from kotune.core.log import log
 
 CACHE_VERSION = 1
 DTYPES = {"float16": np.float16, "float32": np.float32}
@@ -242,7 +242,7 @@ def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size:
 
 def _build(states_fn: StatesFn, features, path: str, key: str, parts: dict, lengths: np.ndarray,
            shape: tuple[int, int], settings: CacheSettings, pad_token_id: int, device, what: str) -> None:
-    from tasks.io import write_json_atomic
+    from kotune.core.files import write_json_atomic
 
     tmp = f"{path}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 
 LAYER_NAMES = ("last", "last4_mean", "last4_concat", "scalar_mix")
 POOLINGS = ("cls", "mean")

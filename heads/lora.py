@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tasks.errors import ConfigError, KotuneError
+from kotune.core.errors import ConfigError, KotuneError
 
 ADAPTER_DIR = "adapter"  # <model dir>/adapter: peft's save_pretrained (adapter_config.json, adapter_model.safetensors)
 SKIPPED_IN_DIGEST = ("pooler.",)  # a pretrained BERT's pooler moves into the sequence head (heads/native.py)

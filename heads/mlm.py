@@ -13,8 +13,8 @@ from omegaconf import DictConfig
 from heads.encoder import _from_hub_or_cache, build_config
 from heads.loss import cross_entropy_sum, labelled, mean_of_terms
 from tasks.base import IGNORE
-from tasks.errors import ConfigError
-from tasks.log import log, warn
+from kotune.core.errors import ConfigError
+from kotune.core.log import log, warn
 
 
 def sinusoidal_positions(model: torch.nn.Module) -> None:

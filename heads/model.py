@@ -26,8 +26,8 @@ from heads.registry import HEADS
 from heads.layers import LayerMixer, check_pooling, parse_layers
 from heads.loss import mean_of_terms
 from heads.native import default_dropout, head_style, takes_pooler
-from tasks.atomic_dir import MANIFEST, settle, verify_manifest, written_whole
-from tasks.errors import ConfigError, KotuneError
+from kotune.core.atomic_dir import MANIFEST, settle, verify_manifest, written_whole
+from kotune.core.errors import ConfigError, KotuneError
 
 
 FORMAT = 2  # 2: heads shaped as the architecture's own (kotune.json records the sequence head's)
@@ -226,7 +226,7 @@ class KotuneModel(nn.Module):
 
     # ---- persistence ---------------------------------------------------------------------
     def save(self, directory: str, tokenizer=None) -> None:
-        """Write the model to ``directory`` whole or not at all (tasks/atomic_dir.py): every file goes
+        """Write the model to ``directory`` whole or not at all (kotune/core/atomic_dir.py): every file goes
         to a temporary sibling, ``kotune_manifest.json`` (sizes and sha256) is written last, and the
         finished directory replaces ``directory`` in one step, so a save killed midway leaves the
         previous model as it was."""

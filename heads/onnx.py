@@ -23,9 +23,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tasks.atomic_dir import MANIFEST, manifest_lists, settle, verify_manifest, written_whole
-from tasks.errors import ConfigError, KotuneError
-from tasks.io import write_json_atomic
+from kotune.core.atomic_dir import MANIFEST, manifest_lists, settle, verify_manifest, written_whole
+from kotune.core.errors import ConfigError, KotuneError
+from kotune.core.files import write_json_atomic
 
 EXPORT_FILE = "kotune_export.json"
 FP32_FILE = "model.onnx"
@@ -94,7 +94,7 @@ def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = N
                           finish: Callable[[dict, str], Any] | None = None) -> dict:
     """An exported directory (module docstring) of the saved kotune model ``model_dir``, or the
     one-line refusal of a head with no native class (RE, DP, character-level heads). ``out_dir``
-    appears whole or not at all, replacing what was there (tasks/atomic_dir.py, with
+    appears whole or not at all, replacing what was there (kotune/core/atomic_dir.py, with
     ``kotune_manifest.json``: no file of an earlier export stays beside the new one);
     ``finish(summary, folder)`` adds files (the model card) before that."""
     from heads.encoder import position_limit

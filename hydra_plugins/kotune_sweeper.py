@@ -40,7 +40,7 @@ from kotune.study import (Heartbeat, check_same_search, counts_as_done, data_fin
                           search_overrides)
 from kotune.sweep_workers import WORKER_ENV, n_workers, run_workers
 from kotune.sweeps import drop_shadowed
-from tasks.redact import mask_credentials
+from kotune.core.redact import mask_credentials
 
 log = logging.getLogger(__name__)
 BEST_FILE = "best_trial.yaml"

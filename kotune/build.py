@@ -14,8 +14,8 @@ from kotune.runtime import pad_multiple, seed_everything
 from kotune.weighting import apply_class_weights, check_class_weights
 from tasks import build_task
 from tasks.base import EncodeSettings, Split, Task, encode_cached, load_splits, require_data_files
-from tasks.errors import ConfigError
-from tasks.log import log, warn
+from kotune.core.errors import ConfigError
+from kotune.core.log import log, warn
 
 UNK_WARN_RATE = 0.05
 

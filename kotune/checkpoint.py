@@ -15,9 +15,9 @@ import os
 import re
 
 from kotune.config import CONF_DIR
-from tasks.atomic_dir import settle
-from tasks.errors import KotuneError
-from tasks.log import log
+from kotune.core.atomic_dir import settle
+from kotune.core.errors import KotuneError
+from kotune.core.log import log
 
 SPEC_FILE = "kotune.json"
 
@@ -28,7 +28,7 @@ def checkpoint_model_dir(path: str) -> str:
     from heads.onnx import is_onnx_export
 
     for candidate in (path, os.path.join(path, "model")):
-        settle(candidate)  # a save killed while swapping its directory in: the whole one back (tasks/atomic_dir.py)
+        settle(candidate)  # a save killed while swapping its directory in: the whole one back (kotune/core/atomic_dir.py)
     if is_onnx_export(path):
         raise KotuneError(f"checkpoint={path} is an ONNX export: this action needs a kotune checkpoint (a run "
                           "directory or its model/); action=predict, eval and serve read an export")

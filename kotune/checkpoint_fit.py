@@ -7,8 +7,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kotune.checkpoint import checkpoint_model_dir
 from tasks.base import Task
-from tasks.errors import ConfigError
-from tasks.log import log
+from kotune.core.errors import ConfigError
+from kotune.core.log import log
 
 
 def check_checkpoint_mode(cfg: DictConfig, model, checkpoint: str, training: bool) -> None:

@@ -15,9 +15,9 @@ from kotune.overrides import bad_override, job_overrides, open_dict_overrides  #
 from kotune.runtime import quiet_libraries, release_memory
 from kotune.sweeps import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
 from tasks.base import fingerprint
-from tasks.errors import KotuneError
-from tasks.io import mask_credentials_in_file
-from tasks.log import log
+from kotune.core.errors import KotuneError
+from kotune.core.files import mask_credentials_in_file
+from kotune.core.log import log
 
 
 def summary(results: dict) -> str:
@@ -74,7 +74,7 @@ def main(cfg: DictConfig) -> float:
 
 def mask_hydra_files(hc) -> None:
     """Hydra saved the job's config and overrides (and a multirun's multirun.yaml) before the job
-    started, a storage URL's password with them: masked in place (tasks/redact.py)."""
+    started, a storage URL's password with them: masked in place (kotune/core/redact.py)."""
     from hydra.types import RunMode
 
     folders = [os.path.join(hc.runtime.output_dir, hc.output_subdir)] if hc.output_subdir else []

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from tasks.errors import ConfigError
-from tasks.log import log
+from kotune.core.errors import ConfigError
+from kotune.core.log import log
 
 
 def patience(cfg: DictConfig) -> int | None:

@@ -16,11 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from kotune.actions import ACTIONS
 from kotune.runtime import is_rank_zero, world_size
-from tasks.atomic_dir import clear_leftovers
+from kotune.core.atomic_dir import clear_leftovers
 from tasks.base import fingerprint
-from tasks.errors import ConfigError, KotuneError
-from tasks.io import write_json_atomic
-from tasks.log import log
+from kotune.core.errors import ConfigError, KotuneError
+from kotune.core.files import write_json_atomic
+from kotune.core.log import log
 
 
 def versions() -> dict[str, str]:
@@ -82,7 +82,7 @@ def execute(cfg: DictConfig, run_dir: str) -> dict:
 
 def start_outputs(run_dir: str) -> None:
     """Before a job writes anything: what dead processes left half-written in ``run_dir`` goes
-    (``predictions.jsonl.tmp123``, ``model.tmp-123``: tasks/atomic_dir.py), and so does an earlier
+    (``predictions.jsonl.tmp123``, ``model.tmp-123``: kotune/core/atomic_dir.py), and so does an earlier
     run's ``results.json``, which would otherwise sit beside this run's predictions and model until
     this one ends (or for good, if it is killed): results.json is this job's or none."""
     removed = clear_leftovers(run_dir)

@@ -10,9 +10,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 from tasks.io import hub_reachable
-from tasks.redact import mask_credentials
+from kotune.core.redact import mask_credentials
 
 PIPELINE_TAGS = {"sequence": "text-classification", "pair": "text-classification", "token": "token-classification",
                  "span": "question-answering"}

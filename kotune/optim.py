@@ -14,7 +14,7 @@ import re
 
 from torch import nn
 
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 
 LAYER = re.compile(r"\.layer\.(\d+)\.")  # encoder.layer.<i>. in BERT, RoBERTa and ELECTRA (also under peft)
 

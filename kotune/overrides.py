@@ -18,7 +18,7 @@ from typing import Any
 
 from kotune.checkpoint import checkpoint_overrides, override_key
 from kotune.config import CONF_DIR
-from tasks.log import log
+from kotune.core.log import log
 
 OPEN_DICTS = ("model.config_overrides.", "model.tokenizer_kwargs.")
 SWEEPER_PARAMS = "hydra.sweeper.params."

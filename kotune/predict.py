@@ -17,9 +17,9 @@ from omegaconf import DictConfig
 from kotune.build import Built, build, make_collator
 from kotune.runtime import is_rank_zero, local_rank_zero_first
 from tasks.base import IGNORE
-from tasks.errors import ConfigError
-from tasks.io import write_jsonl_atomic
-from tasks.log import log
+from kotune.core.errors import ConfigError
+from kotune.core.files import write_jsonl_atomic
+from kotune.core.log import log
 
 REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "n_select", "trainable_params", "total_params",
                "head_params", "mix_params",

@@ -9,8 +9,8 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from tasks.errors import ConfigError, KotuneError
-from tasks.log import log
+from kotune.core.errors import ConfigError, KotuneError
+from kotune.core.log import log
 
 COMPLETE = "kotune_complete.json"  # written last into a checkpoint: its absence marks a cut-short save
 # keys that do not change what training computes: another value still resumes

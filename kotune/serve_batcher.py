@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from kotune.serve_requests import ItemFailed, ShuttingDown, error_id
-from tasks.log import warn
+from kotune.core.log import warn
 
 
 # ---- the batcher ----------------------------------------------------------------------------

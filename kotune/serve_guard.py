@@ -9,7 +9,7 @@ import ipaddress
 from omegaconf import DictConfig
 
 from kotune.serve_requests import error_body, error_id
-from tasks.log import logger, warn
+from kotune.core.log import logger, warn
 
 
 API_KEY_ENV = "KOTUNE_API_KEY"

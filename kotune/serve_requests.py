@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictStr
 
-from tasks.errors import DataError
+from kotune.core.errors import DataError
 
 
 # ---- errors ---------------------------------------------------------------------------------

@@ -34,8 +34,8 @@ from kotune.serve_guard import guard
 from kotune.serve_requests import (ItemFailed, PredictRequest, RequestError, ShuttingDown, data_error, error_body,
                                    error_id, request_items)
 from tasks import build_task
-from tasks.errors import ConfigError, DataError
-from tasks.log import log, logger, warn
+from kotune.core.errors import ConfigError, DataError
+from kotune.core.log import log, logger, warn
 
 
 ECHOED = ("text", "text_pair", "question", "context")  # the inputs a record repeats; left out unless ?echo=true

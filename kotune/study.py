@@ -11,7 +11,7 @@ from typing import Any
 
 from hydra.errors import ConfigCompositionException
 
-from tasks.redact import mask_credentials
+from kotune.core.redact import mask_credentials
 
 FAILED_SCORE = 1e9  # kotune.cli.worst_score's magnitude: a failed job
 # what makes a study one search (kotune/study.py check_same_search): a worker with another one refuses
@@ -53,7 +53,7 @@ def data_fingerprints(cfg, searched: set[str] | frozenset = frozenset()) -> dict
     """The data a training trial of ``cfg`` reads, by setting: ``data.train_file`` → its path and
     sha256 (as results.json records them), or the hub dataset; data.validation_file too unless the
     validation split is cut from the train file. A setting the search varies is left out."""
-    from tasks.io import sha256_of
+    from kotune.core.files import sha256_of
 
     data = cfg.data
     cut = bool(float(data.get("validation_split") or 0.0) or data.get("folds"))

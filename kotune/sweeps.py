@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from tasks.log import warn
+from kotune.core.log import warn
 
 SWEPT_ENV = "KOTUNE_SWEPT"
 IN_PATH = ("task", "model", "mode")  # directories above the job's already name them

@@ -19,8 +19,8 @@ from kotune.optim import check_layer_decay, parameter_groups
 from kotune.resume import COMPLETE, resume_identity
 from kotune.runtime import world_size
 from kotune.training_args import tensorboard_dir, training_arguments
-from tasks.errors import KotuneError
-from tasks.io import write_json_atomic
+from kotune.core.errors import KotuneError
+from kotune.core.files import write_json_atomic
 
 
 def _summary_writer(log_dir: str):

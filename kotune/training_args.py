@@ -10,7 +10,7 @@ from transformers import TrainingArguments
 
 from kotune import early_stopping
 from kotune.runtime import cpu_only, dataloader_workers
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 
 
 def loggers(cfg: DictConfig) -> list[str]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from tasks.class_weights import BALANCED, class_weight_setting, class_weights, describe, label_counts
-from tasks.errors import ConfigError
-from tasks.log import log
+from kotune.core.errors import ConfigError
+from kotune.core.log import log
 
 
 def check_class_weights(cfg: DictConfig, model, task_name: str, fresh_head: bool) -> None:

@@ -6,7 +6,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tasks.base import Task
 from tasks.classification import ClassificationTask
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 from tasks.dp import DependencyTask
 from tasks.multi_label import MultiLabelTask
 from tasks.ner import NerTask, TokenTask

@@ -15,10 +15,11 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, ListConfig
 
-from tasks.errors import ConfigError, DataError
+from kotune.core.errors import ConfigError, DataError
 from tasks.folds import assign_folds, fold_selection, fold_settings, fold_stratum
-from tasks.io import ReadOptions, has_columns, load_hub_split, sha256_of
-from tasks.log import log
+from tasks.io import ReadOptions, has_columns, load_hub_split
+from kotune.core.files import sha256_of
+from kotune.core.log import log
 
 SAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -237,7 +238,7 @@ class Task:
     def ceiling(self, features, examples: list[dict]) -> tuple[dict[str, float], dict]:
         """Gold labels through encoding and decoding: (metrics, report); tasks with an alignment
         that can lose information override it."""
-        from tasks.errors import ConfigError
+        from kotune.core.errors import ConfigError
 
         raise ConfigError(f"task {self.name} has no pipeline ceiling (it has no alignment to lose)")
 

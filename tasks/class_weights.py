@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from omegaconf import ListConfig
 
 from tasks.base import IGNORE
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 
 BALANCED = "balanced"
 

@@ -18,9 +18,8 @@ import numpy as np
 
 from tasks.metric_sets import classification_scores, sts_scores
 from tasks.base import EncodeSettings, LabelWithProbabilities, Task
-from tasks.errors import ConfigError, DataError
-from tasks.io import (KNOWN_PAIR_COLUMNS, KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records,
-                      require_columns)
+from kotune.core.errors import ConfigError, DataError
+from tasks.io import KNOWN_PAIR_COLUMNS, KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records, require_columns
 from tasks.windows import encode_windows, window_options
 
 PROBABILITY_DIGITS = 4  # predictions.jsonl: each label's probability, rounded for reading

@@ -39,9 +39,9 @@ import numpy as np
 
 from tasks import metric_sets
 from tasks.base import IGNORE, EncodeSettings, Task
-from tasks.errors import ConfigError, DataError
+from kotune.core.errors import ConfigError, DataError
 from tasks.io import open_text, text_lines
-from tasks.log import log
+from kotune.core.log import log
 from tasks.tagging import Warnings, align, layout
 
 WORD_POOLINGS = ("first", "mean", "first_last")

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.errors import DataError, KotuneError
-from tasks.io import (KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records, write_json_atomic,
-                      write_jsonl_atomic)
-from tasks.log import log
+from kotune.core.errors import DataError, KotuneError
+from tasks.io import KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records
+from kotune.core.files import write_json_atomic, write_jsonl_atomic
+from kotune.core.log import log
 
 
 @dataclass

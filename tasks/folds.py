@@ -10,7 +10,7 @@ from typing import Any, Hashable
 
 from omegaconf import DictConfig
 
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 
 
 def fold_settings(data: DictConfig) -> tuple[int, int] | None:

@@ -28,10 +28,10 @@ import numpy as np
 from omegaconf import ListConfig
 
 from tasks.classification import ClassificationTask
-from tasks.errors import ConfigError, DataError
+from kotune.core.errors import ConfigError, DataError
 from tasks.io import field
 from tasks.metric_sets import multi_label_scores
-from tasks.log import log, warn
+from kotune.core.log import log, warn
 from tasks.score import probability_row
 
 TUNE = "tune"

@@ -26,9 +26,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from tasks.base import IGNORE, EncodeSettings, Task
-from tasks.errors import ConfigError, DataError
+from kotune.core.errors import ConfigError, DataError
 from tasks import metric_sets
-from tasks.log import log
+from kotune.core.log import log
 from tasks.tagging import (BIO, DECODES, LABEL_SUBWORDS, LAYOUTS, SCHEME_ALIASES, SCHEMES, align, char_label, char_slots,
                            continuation, detect_layout, detect_scheme, entity_spans, fill_uncovered, from_iob2,
                            inside_sentence, is_label_slot, Layout, layout, location, orphan_and_space_checks,

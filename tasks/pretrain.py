@@ -16,8 +16,8 @@ import torch
 from omegaconf import DictConfig
 
 from tasks.embed import read_texts, read_txt_lines
-from tasks.errors import ConfigError, DataError
-from tasks.log import log
+from kotune.core.errors import ConfigError, DataError
+from kotune.core.log import log
 
 OBJECTIVES = ("mlm", "mlm+nsp")
 # One text per line: a sentence ends at . ? ! (or …) followed by whitespace.

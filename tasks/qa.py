@@ -21,9 +21,10 @@ import numpy as np
 
 from tasks import metric_sets
 from tasks.base import IGNORE, MODEL_INPUTS, EncodeSettings, Task
-from tasks.errors import ConfigError, DataError, KotuneError
-from tasks.log import warn
-from tasks.io import read_json, read_records, write_json_atomic
+from kotune.core.errors import ConfigError, DataError, KotuneError
+from kotune.core.log import warn
+from tasks.io import read_json, read_records
+from kotune.core.files import write_json_atomic
 
 HIGH, LOW = 1.0e3, -1.0e3  # synthetic logits of the ceiling: gold vs everything else
 CHAR_INPUTS = ("char_token_index", "char_in_token")

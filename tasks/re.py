@@ -39,9 +39,9 @@ import numpy as np
 
 from tasks import metric_sets
 from tasks.base import EncodeSettings, Task
-from tasks.errors import ConfigError, DataError
+from kotune.core.errors import ConfigError, DataError
 from tasks.io import field, read_records
-from tasks.log import log, warn
+from kotune.core.log import log, warn
 from tasks.tagging import Warnings
 
 POOLINGS = ("cls", "entity_start")

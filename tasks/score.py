@@ -24,9 +24,9 @@ import math
 from typing import Any
 
 from tasks.base import LabelWithProbabilities
-from tasks.errors import DataError
+from kotune.core.errors import DataError
 from tasks.io import file_format, read_json, read_records
-from tasks.log import warn
+from kotune.core.log import warn
 from tasks.re import RelationTask
 
 PREDICTION_COLUMNS = ("prediction", "label", "answer", "prediction_text")

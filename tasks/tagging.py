@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from tasks import metrics
-from tasks.errors import DataError
+from kotune.core.errors import DataError
 from tasks.io import open_text, text_lines
-from tasks.log import log
+from kotune.core.log import log
 
 DECODES = ("subword", "char")
 LABEL_SUBWORDS = ("first", "all")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from tasks.errors import ConfigError, DataError
-from tasks.log import log
+from kotune.core.errors import ConfigError, DataError
+from kotune.core.log import log
 
 LONG_TEXT = ("truncate", "windows")
 WINDOW_POOLS = ("mean", "max")

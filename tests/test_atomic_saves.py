@@ -1,4 +1,4 @@
-"""A model directory, an export and a run's outputs appear whole or not at all (tasks/atomic_dir.py):
+"""A model directory, an export and a run's outputs appear whole or not at all (kotune/core/atomic_dir.py):
 a save killed midway leaves the previous model as it was (same logits), a file that differs from
 the manifest is refused on load naming it, a missing directory left by a kill between two renames
 is put back, a rerun never shows the earlier run's results.json beside its new outputs and removes
@@ -96,7 +96,7 @@ def saved(tmp_path):
 
 def error_of(directory) -> str:
     from heads.model import KotuneModel
-    from tasks.errors import KotuneError
+    from kotune.core.errors import KotuneError
 
     with pytest.raises(KotuneError) as e:
         KotuneModel.load(str(directory))
@@ -112,7 +112,7 @@ def test_a_resave_killed_midway_leaves_the_previous_model_whole_and_loadable(sav
     before = logits(saved)
     assert not torch.allclose(before, tiny_model(2).eval()(**_encoded(saved))["logits"], atol=1e-4)
     pid = save_in_subprocess(saved, tmp_path / "vocab", seed=2, stop=True)
-    from tasks.atomic_dir import HOST
+    from kotune.core.atomic_dir import HOST
 
     leftover = saved.parent / f"model.tmp-{HOST}-{pid}"
     assert leftover.is_dir() and (leftover / "kotune.json").exists()  # it got that far, beside model/
@@ -210,9 +210,9 @@ def test_a_save_killed_between_its_two_renames_is_put_back_on_load(saved):
 
 
 def test_saves_without_an_atomic_exchange_replace_the_directory_whole(saved, monkeypatch):
-    import tasks.atomic_dir
+    import kotune.core.atomic_dir
 
-    monkeypatch.setattr(tasks.atomic_dir, "_exchange", lambda a, b: False)  # e.g. not Linux
+    monkeypatch.setattr(kotune.core.atomic_dir, "_exchange", lambda a, b: False)  # e.g. not Linux
     (saved / "stale.bin").write_bytes(b"x")
     tiny_model(2).save(str(saved))
     assert not (saved / "stale.bin").exists() and (saved / "kotune_manifest.json").exists()
@@ -294,7 +294,7 @@ def test_a_model_file_the_onnx_export_does_not_list_is_refused_in_one_line(tmp_p
     ``export.quantize``, its model_int8.onnx stayed and ``onnx.file=model_int8.onnx`` loaded it."""
     pytest.importorskip("onnxruntime")
     from heads.onnx import EXPORT_FILE, OnnxModel
-    from tasks.errors import KotuneError
+    from kotune.core.errors import KotuneError
 
     out = tmp_path / "onnx"
     out.mkdir()
@@ -313,7 +313,7 @@ def test_an_onnx_reexport_with_overwrite_leaves_no_stale_int8_and_a_changed_file
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     from heads.onnx import OnnxModel
-    from tasks.errors import KotuneError
+    from kotune.core.errors import KotuneError
 
     out = tmp_path / "onnx"
     first = export(saved.parent, out, cache_dir, "export.format=onnx", "export.quantize=int8")
@@ -339,7 +339,7 @@ def test_only_this_hosts_dead_processes_leftovers_are_removed(tmp_path):
     """On a file system several machines share, another host's pid says nothing here: its staging
     directory (a save that may be running there) stays; this host's dead one goes, in the host-named
     form and in the form saves had before hosts were named."""
-    from tasks.atomic_dir import HOST, clear_leftovers
+    from kotune.core.atomic_dir import HOST, clear_leftovers
 
     dead = dead_pid()
     names = {"mine": f"model.tmp-{HOST}-{dead}", "before_hosts": f"export.tmp-{dead}",
@@ -355,7 +355,7 @@ def test_only_this_hosts_dead_processes_leftovers_are_removed(tmp_path):
 
 
 def test_a_save_names_its_staging_directory_by_host_and_pid(tmp_path):
-    from tasks.atomic_dir import HOST, written_whole
+    from kotune.core.atomic_dir import HOST, written_whole
 
     with written_whole(str(tmp_path / "model"), "kotune-model") as staging:
         assert os.path.basename(staging) == f"model.tmp-{HOST}-{os.getpid()}"

@@ -42,7 +42,7 @@ def test_balanced_weights_are_scikit_learns_and_an_absent_class_gets_0():
 ])
 def test_bad_settings_are_config_errors(value, error):
     from tasks.class_weights import class_weight_setting
-    from tasks.errors import ConfigError
+    from kotune.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=error):
         class_weight_setting(value)

@@ -14,7 +14,7 @@ TOKEN_FIXTURE = "서울\tB-LC\n에\tO\n갔다\tO\n\n김\tB-PS\n철수\tI-PS\n왔
 
 def sample_train_file(task_name: str, tmp_path) -> str:
     from tasks.base import sample_file
-    from tasks.errors import ConfigError
+    from kotune.core.errors import ConfigError
 
     try:
         return sample_file(compose([f"task={task_name}"]).task, "train")

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import compose, shared_path
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 
 LABELS = ("entailment", "neutral", "contradiction")
 
@@ -101,7 +101,7 @@ def test_sts_label_column_on_a_fixture(tmp_path):
 
 
 def test_a_missing_column_names_the_data_option_for_klue_tasks_too(tmp_path):
-    from tasks.errors import DataError
+    from kotune.core.errors import DataError
 
     with pytest.raises(DataError, match=r"has no column 'labels\.real-label' \(columns: id, sentence1, sentence2, "
                                         r"score; set data\.label_column=\)"):

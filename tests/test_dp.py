@@ -15,7 +15,7 @@ from tasks import build_task
 from tasks.base import EncodeSettings, load_splits
 from tasks.collate import IGNORE
 from tasks.dp import POS_TAGS, UNKNOWN_POS, fallback_heads, pos_id
-from tasks.errors import ConfigError, DataError
+from kotune.core.errors import ConfigError, DataError
 from test_ner import wordpiece
 from test_re_dp import DP_DEV, DP_METRICS, dp_example, task
 

@@ -260,7 +260,7 @@ def tiny_model(head: str, kwargs: dict, **options):
 ])
 def test_heads_without_a_native_equivalent_are_refused_in_one_line(head, kwargs, options, why, tmp_path):
     from heads.export import export_directory
-    from tasks.errors import ConfigError
+    from kotune.core.errors import ConfigError
 
     model = tiny_model(head, kwargs, **options)
     model.save(str(tmp_path / "m"))

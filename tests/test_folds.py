@@ -133,7 +133,7 @@ def test_the_evaluation_folds_cover_the_training_data_once(tmp_path, group_colum
 def test_folds_that_do_not_fit_are_one_line_errors(tmp_path, settings, error):
     from tasks import build_task
     from tasks.base import load_splits
-    from tasks.errors import KotuneError
+    from kotune.core.errors import KotuneError
 
     task = build_task(compose(["task=text_cls"]).task)
     with pytest.raises(KotuneError) as e:

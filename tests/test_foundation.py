@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, compose, run_cli, shared_path
-from tasks.errors import DataError
+from kotune.core.errors import DataError
 
 TASKS = sorted(p.stem for p in (ROOT / "conf" / "task").glob("*.yaml"))
 MODELS = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))

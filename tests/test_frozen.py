@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import ROOT, compose
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 
 TINY = ["model=tiny", "data=sample", "save_predictions=false"]
 

@@ -77,7 +77,7 @@ def test_windows_read_what_truncation_cannot_and_the_export_recipe_agrees(run_jo
 def test_windows_share_the_stride_and_a_pair_keeps_its_first_text_in_each(tmp_path):
     from transformers import BertTokenizerFast
 
-    from tasks.errors import ConfigError, DataError
+    from kotune.core.errors import ConfigError, DataError
     from tasks.windows import WindowOptions, encode_windows
 
     words = [f"w{i}" for i in range(30)]

@@ -80,7 +80,7 @@ def test_checkpoints_of_another_mode_are_told_apart(lora_run, run_job, tmp_path)
 def test_a_changed_base_encoder_is_refused(lora_run, run_job, tmp_path):
     import shutil
 
-    from tasks.atomic_dir import write_manifest
+    from kotune.core.atomic_dir import write_manifest
 
     root, _ = lora_run
     copy = tmp_path / "copy"
@@ -99,7 +99,7 @@ def test_export_refuses_a_merge_that_cannot_be_exact(lora_run, run_job, tmp_path
 
     from safetensors.torch import load_file, save_file
 
-    from tasks.atomic_dir import write_manifest
+    from kotune.core.atomic_dir import write_manifest
 
     root, _ = lora_run
     text_cls = run_job(["task=text_cls", *TINY, "mode=lora"], "text_cls")

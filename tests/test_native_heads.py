@@ -153,7 +153,7 @@ def test_format_1_checkpoint_keeps_its_old_head_shape(tmp_path):
     spec = json.loads(spec_path.read_text())
     spec["format"] = 1
     del spec["head_kwargs"]["architecture"]
-    del spec["manifest"]  # format 1 came before manifests (tasks/atomic_dir.py)
+    del spec["manifest"]  # format 1 came before manifests (kotune/core/atomic_dir.py)
     (tmp_path / "m" / "kotune_manifest.json").unlink()
     spec_path.write_text(json.dumps(spec))
     old = KotuneModel.load(str(tmp_path / "m")).eval()

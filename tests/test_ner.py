@@ -10,7 +10,7 @@ import pytest
 from conftest import compose, shared_path
 from tasks import build_task
 from tasks.base import EncodeSettings
-from tasks.errors import DataError
+from kotune.core.errors import DataError
 from tasks.tagging import align
 
 NER_DEV = "data/klue/klue-ner-v1.1_dev.tsv"

@@ -112,7 +112,7 @@ def test_a_checkpoint_without_the_new_records_still_loads(own_csv, tmp_path):
     shutil.copytree(own_csv["run"] / "model", old / "model")
     spec = json.loads((old / "model" / "kotune.json").read_text(encoding="utf-8"))
     del spec["meta"]["columns"]
-    del spec["manifest"]  # written before manifests too (tasks/atomic_dir.py)
+    del spec["manifest"]  # written before manifests too (kotune/core/atomic_dir.py)
     (old / "model" / "kotune_manifest.json").unlink()
     (old / "model" / "kotune.json").write_text(json.dumps(spec), encoding="utf-8")
     res = job(["action=predict", f"checkpoint={old}", f"data.predict_file={own_csv['unlabelled']}"],
@@ -144,7 +144,7 @@ def test_conventional_column_names_are_read_when_one_fits(task, header, fields, 
 
 
 def test_two_conventional_names_are_an_error_naming_the_setting(tmp_path):
-    from tasks.errors import DataError
+    from kotune.core.errors import DataError
 
     path = write_csv(tmp_path / "f.csv", ["sentence", "document", "label"], [["x", "y", "a"], ["z", "w", "b"]])
     with pytest.raises(DataError) as err:
@@ -155,7 +155,7 @@ def test_two_conventional_names_are_an_error_naming_the_setting(tmp_path):
 
 
 def test_an_explicit_column_is_never_replaced_by_a_conventional_one(tmp_path):
-    from tasks.errors import DataError
+    from kotune.core.errors import DataError
 
     path = write_csv(tmp_path / "f.csv", ["sentence", "label"], [["x", "a"], ["y", "b"]])
     with pytest.raises(DataError, match="has no column 'body'"):
@@ -163,7 +163,7 @@ def test_an_explicit_column_is_never_replaced_by_a_conventional_one(tmp_path):
 
 
 def test_a_header_without_rows_says_no_rows(tmp_path):
-    from tasks.errors import DataError
+    from kotune.core.errors import DataError
 
     path = write_csv(tmp_path / "empty.csv", ["sentence", "label"], [])
     with pytest.raises(DataError) as err:

@@ -212,7 +212,7 @@ def test_null_answers_found_in_training_decode_an_unlabelled_file():
 ])
 def test_malformed_unlabelled_file_is_one_line_naming_file_and_line(task, text, where, tmp_path):
     from tasks import build_task
-    from tasks.errors import DataError
+    from kotune.core.errors import DataError
 
     path = tmp_path / "predict.tsv"
     path.write_text(text, encoding="utf-8")

@@ -214,7 +214,7 @@ TINY = ["action=pretrain", "model=tiny", "model.tokenizer.vocab_size=300", "trai
 
 def test_sinusoidal_positions_are_shiftable_waves_at_the_init_scale():
     from heads.mlm import load_mlm_model
-    from tasks.errors import ConfigError
+    from kotune.core.errors import ConfigError
 
     cfg = OmegaConf.create({"init": "random", "architecture": "bert", "name_or_path": None, "tokenizer": {},
                             "config_overrides": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 1,
@@ -237,7 +237,7 @@ def test_sinusoidal_positions_are_shiftable_waves_at_the_init_scale():
 
 def test_tied_qk_attention_starts_local_with_sinusoidal_positions():
     from heads.mlm import load_mlm_model
-    from tasks.errors import ConfigError
+    from kotune.core.errors import ConfigError
 
     cfg = OmegaConf.create({"init": "random", "architecture": "bert", "name_or_path": None, "tokenizer": {},
                             "config_overrides": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -274,7 +274,7 @@ def test_tied_qk_attention_starts_local_with_sinusoidal_positions():
 @pytest.mark.parametrize("heads", [1, 4])
 def test_mimetic_attention_is_the_papers_query_key_and_value_output_form(heads):
     from heads.mlm import load_mlm_model
-    from tasks.errors import ConfigError
+    from kotune.core.errors import ConfigError
 
     d = 64
     cfg = OmegaConf.create({"init": "random", "architecture": "bert", "name_or_path": None, "tokenizer": {},

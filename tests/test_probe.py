@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kotune.actions.probe import held_out_split
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 from test_frozen import TINY, job, tiny_encoder, token_rows
 
 FOUR_LAYERS = ["model.config_overrides.num_hidden_layers=4"]

@@ -139,7 +139,7 @@ def test_rejected_answers_are_never_targets_and_never_shifted():
 
 
 def test_too_long_questions_are_cut_and_stride_must_fit():
-    from tasks.errors import ConfigError
+    from kotune.core.errors import ConfigError
 
     context, at = context_with("서울", 3)
     ex = dict(example("q", context, [("서울", at)]), question="누가 " * 30 + "갔나?")
@@ -211,7 +211,7 @@ def test_null_answer_threshold():
 
 
 def test_decode_refuses_predictions_of_another_decoding():
-    from tasks.errors import KotuneError
+    from kotune.core.errors import KotuneError
 
     context = " ".join(["서울"] * 40)  # two characters per token: more character slots than tokens
     ex = example("q", context, [("서울", 3)])
@@ -332,7 +332,7 @@ def qa(qid: str, text: str = "세종", start: int = 0, **extra) -> dict:
      "u: unanswerable question, but task korquad takes no null answers"),
 ])
 def test_bad_input_is_one_line_naming_file_and_id(tmp_path, qas, context, message):
-    from tasks.errors import DataError
+    from kotune.core.errors import DataError
 
     path = squad_file(tmp_path, qas, **({"context": context} if context is not None else {}))
     with pytest.raises(DataError, match=message) as err:

@@ -100,7 +100,7 @@ def test_klue_encoding_adds_tokens_applies_the_fix_and_reads_cls():
 
 
 def test_klue_markers_need_the_tokens_in_the_tokenizer():
-    from tasks.errors import ConfigError
+    from kotune.core.errors import ConfigError
 
     t = re_task("task.markers=klue")
     with pytest.raises(ConfigError, match="lacks <subj>"):

@@ -13,7 +13,7 @@ from conftest import compose, shared_path
 from tasks import build_task
 from tasks.base import EncodeSettings
 from tasks.collate import IGNORE
-from tasks.errors import DataError
+from kotune.core.errors import DataError
 from tasks.tagging import Warnings
 from tasks.re import entity_window, mark
 from test_ner import wordpiece

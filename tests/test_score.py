@@ -73,7 +73,7 @@ def test_official_id_to_answer_json_on_korquad(run_job, tmp_path):
 def test_kotune_predictions_jsonl_on_klue_ner(run_job, tmp_path):
     """predictions.jsonl as kotune writes it (task.prediction_records): a tag list per sentence."""
     from tasks import build_task
-    from tasks.io import write_jsonl_atomic
+    from kotune.core.files import write_jsonl_atomic
 
     data = shared_path("data/klue/klue-ner-v1.1_dev.tsv")
     examples = gold("ner", data)
@@ -118,7 +118,7 @@ def test_unknown_labels_are_named(run_job, tmp_path):
 
 def test_ner_tag_count_must_match_the_characters(tmp_path):
     from tasks import build_task
-    from tasks.errors import DataError
+    from kotune.core.errors import DataError
     from tasks.score import to_outputs
 
     task = build_task(compose(["task=ner"]).task)

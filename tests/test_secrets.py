@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli_here
-from tasks.redact import mask_credentials
+from kotune.core.redact import mask_credentials
 
 # a password holding '@' and '/', and a second one given as a query parameter (libpq's form)
 STORAGE = "postgresql+psycopg://kotune:Pa@ss/W0rd@db.example:5432/optuna?sslmode=require&password=QuerySecret"
@@ -66,7 +66,7 @@ def test_a_single_run_and_its_export_never_write_or_log_the_password(tmp_path, c
 def test_log_records_of_any_logger_are_masked(caplog):
     import logging
 
-    import tasks.log  # noqa: F401 - installs the masking record factory
+    import kotune.core.log  # noqa: F401 - installs the masking record factory
 
     with caplog.at_level(logging.INFO):
         logging.getLogger("hydra.launcher").info("#0 : hparams_search.storage=%s", STORAGE)

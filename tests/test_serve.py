@@ -138,7 +138,7 @@ def test_the_model_card_is_what_the_hub_reads(demo):
 
 def test_push_to_hub_offline_keeps_the_export_and_says_so_in_one_line(demo, monkeypatch):
     import kotune.model_card as model_card
-    from tasks.errors import ConfigError
+    from kotune.core.errors import ConfigError
 
     monkeypatch.setattr(model_card, "hub_reachable", lambda: False)
     with pytest.raises(ConfigError) as e:

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 from kotune.build import load_encoder_side
 from tasks import build_task
 from tasks.base import EncodeSettings, encode_cached, load_splits
-from tasks.log import log
+from kotune.core.log import log
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:

@@ -12,8 +12,8 @@ from kotune.build import load_encoder_side, resolve_max_length
 from kotune.checkpoint import read_spec
 from kotune.runtime import seed_everything
 from tasks import embed
-from tasks.errors import ConfigError
-from tasks.log import log
+from kotune.core.errors import ConfigError
+from kotune.core.log import log
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:

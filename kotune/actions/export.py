@@ -4,7 +4,7 @@
 heads/onnx.py); a one-line refusal for a head with no exact native equivalent (heads/export.py).
 Every export gets a model card (README.md, kotune/model_card.py); ``export.push_to_hub=USER/NAME``
 uploads the directory. The directory appears whole or not at all, with ``kotune_manifest.json``
-(tasks/atomic_dir.py); one that exists and is not empty is refused unless ``export.overwrite=true``."""
+(kotune/core/atomic_dir.py); one that exists and is not empty is refused unless ``export.overwrite=true``."""
 from __future__ import annotations
 
 import os
@@ -13,8 +13,8 @@ from omegaconf import DictConfig
 
 from kotune.checkpoint import checkpoint_model_dir, read_spec
 from kotune.model_card import push_to_hub, write_model_card
-from tasks.errors import ConfigError
-from tasks.log import log
+from kotune.core.errors import ConfigError
+from kotune.core.log import log
 
 FORMATS = ("native", "onnx")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from kotune.predict import predict_from_checkpoint
-from tasks.log import log
+from kotune.core.log import log
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:

@@ -15,8 +15,8 @@ from kotune.runtime import local_rank_zero_first
 from kotune.trainer import PretrainingTrainer
 from kotune.training_args import tensorboard_dir, training_arguments
 from tasks import pretrain
-from tasks.atomic_dir import written_whole
-from tasks.log import log
+from kotune.core.atomic_dir import written_whole
+from kotune.core.log import log
 
 
 def tokens_per_second(epoch_tokens: int, train_metrics: dict, steps: int, resumed_from: int | None) -> float:

@@ -24,8 +24,8 @@ from kotune.build import Built, build
 from kotune.predict import fit_decision, predict, run_report
 from kotune.runtime import is_rank_zero, local_rank_zero_first, seed_everything
 from kotune.trainer import make_trainer
-from tasks.errors import ConfigError
-from tasks.log import log
+from kotune.core.errors import ConfigError
+from kotune.core.log import log
 
 MIXES = ("last4_mean", "last4_concat", "scalar_mix")
 

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from tasks import build_task
 from tasks.base import load_splits
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 from tasks.score import align, read_predictions, to_outputs
 
 

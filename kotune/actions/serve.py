@@ -9,8 +9,8 @@ import signal
 
 from omegaconf import DictConfig
 
-from tasks.errors import ConfigError
-from tasks.log import log, warn
+from kotune.core.errors import ConfigError
+from kotune.core.log import log, warn
 
 
 def positive(cfg: DictConfig, key: str, kind=int, allow_zero: bool = False):

@@ -10,9 +10,9 @@ from omegaconf import DictConfig
 from kotune import early_stopping
 from kotune.build import build
 from kotune.runtime import local_rank_zero_first
-from tasks.errors import ConfigError
+from kotune.core.errors import ConfigError
 from tasks.folds import SELECTIONS
-from tasks.log import log
+from kotune.core.log import log
 
 
 def selected_on(cfg: DictConfig) -> str | None:

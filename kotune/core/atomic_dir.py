@@ -28,9 +28,9 @@ import socket
 import time
 from typing import Iterator
 
-from tasks.errors import KotuneError
-from tasks.io import sha256_of
-from tasks.log import log
+from kotune.core.errors import KotuneError
+from kotune.core.files import sha256_of
+from kotune.core.log import log
 
 MANIFEST = "kotune_manifest.json"
 MANIFEST_FORMAT = 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from tasks.redact import mask_credentials
+from kotune.core.redact import mask_credentials
 
 logger = logging.getLogger("kotune")
 
