@@ -1,7 +1,43 @@
-"""kotune's command-line machinery, one module per concern (imports point down only):
+"""kotune: fine-tune Korean BERT-family encoders. The command line is ``python run.py …`` (or
+``kotune …``); the Python API and the plug-in surface are here:
 
-cli → job → actions/<one file per action> → trainer / predict → resume, build → runtime, config
+    import kotune
+    run = kotune.train("task=nli", "model=tiny", "data=sample")   # a Run: .dir, .results, .metrics
+    kotune.evaluate(run, data="dev.tsv")
+    predict = kotune.load(run.dir)                                 # a Predictor
+    predict(["문장 하나", "문장 둘"])                                 # predictions.jsonl's records
 
-Importing the package registers the config resolvers (``kotune.config``) that conf/ uses.
+    @kotune.register_task("my_task")        # plug-ins: docs/development/plugins.md
+    class MyTask(kotune.ClassificationTask): ...
+
+Importing the package is light (no torch): the API and the base classes load on first use, so that
+kotune.core (the ground floor every layer imports) never pulls the layers above it in. Importing it
+registers the config resolvers (``kotune.config``) that conf/ uses.
 """
+from __future__ import annotations
+
 from kotune import config  # noqa: F401  (registers ${kotune_lr:…} and ${kotune_mix_lr:…})
+from kotune.core.registry import register_exporter, register_head, register_runtime, register_task
+
+__all__ = ["train", "evaluate", "load", "Run", "Predictor", "Task", "ClassificationTask", "TokenTask", "Head",
+           "register_task", "register_head", "register_exporter", "register_runtime"]
+
+
+def __getattr__(name: str):
+    """The API and the base classes a plug-in subclasses, imported when first asked for."""
+    if name in ("train", "evaluate", "load", "Run", "Predictor"):
+        from kotune import api
+        return getattr(api, name)
+    if name == "Task":
+        from tasks.base import Task
+        return Task
+    if name == "ClassificationTask":
+        from tasks.classification import ClassificationTask
+        return ClassificationTask
+    if name == "TokenTask":
+        from tasks.ner import TokenTask
+        return TokenTask
+    if name == "Head":
+        from heads.base import Head
+        return Head
+    raise AttributeError(f"module 'kotune' has no attribute '{name}'")
