@@ -234,7 +234,7 @@ def write_best(sweep_dir: str, greater_is_better: bool = True, searched: list[st
     """Write ``best_trial.yaml`` (score, searched values, overrides, full config) for the best ok
     run under ``sweep_dir``; read from the runs' results.json, so it covers resumed studies.
     ``searched``: the search space's keys (default: the settings that differ between runs)."""
-    from report import collect_runs, varying_keys
+    from kotune.reporting import collect_runs, varying_keys
 
     runs = [r for r in collect_runs([sweep_dir], quiet=True) if r["status"] == "ok" and r["main_score"] is not None]
     if not runs:

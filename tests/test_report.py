@@ -1,13 +1,17 @@
-"""report.py: leaderboard values against hand-computed ones, bad inputs, plots, paper columns."""
+"""The leaderboard (kotune/reporting/, run as ``python report.py`` or ``kotune report``): values against
+hand-computed ones, bad inputs, plots, paper columns."""
 from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-import report
+from conftest import ROOT
+from kotune import reporting as report
 
 
 def write_run(folder: Path, task: str, model: str, mode: str, seed: int, metrics: dict | None = None,
@@ -266,3 +270,14 @@ def test_a_task_preset_gets_its_own_rows_and_its_tasks_paper_numbers(tmp_path):
     row = read_csv(d / "leaderboard.csv")[("klue", "finetune")]
     assert float(row["dp.las_macro_f1.mean"]) == 60.0 and float(row["dp_klue.las_macro_f1.mean"]) == 70.0
     assert float(row["dp.las_macro_f1.paper"]) == float(row["dp_klue.las_macro_f1.paper"]) == 87.77
+
+
+def test_python_report_py_is_the_same_command(matrix, tmp_path):
+    """report.py is a thin script over kotune.reporting.main: ``python report.py DIR`` from anywhere."""
+    proc = subprocess.run([sys.executable, str(ROOT / "report.py"), str(matrix), "--out", str(tmp_path / "out")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "out" / "leaderboard.md").read_text(encoding="utf-8") in proc.stdout
+    missing = subprocess.run([sys.executable, str(ROOT / "report.py"), str(tmp_path / "missing")], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 1 and "is not a directory" in missing.stderr
