@@ -1,1 +1,4 @@
-"""Benchmarks: python bench/<name>.py (see each file\x27s docstring)."""
+"""Benchmarks, run from the repository root as ``python -m bench.<name>`` (see each script's docstring).
+The scripts share helper modules and never import one another: bench.common (measuring), bench.stats
+(paired statistics over seeds), bench.jobs (one in-process job), bench.pretraining (the pretraining
+benches' recipe and protocol), bench.hate_speech (the hate-speech fine-tuning benches' options)."""

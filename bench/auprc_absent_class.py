@@ -5,8 +5,8 @@ the gold relation. Today's scikit-learn gives the absent relation recall 1 at ev
 an area of 0.5 (KLUE-baseline's pinned 0.24.1: NaN for the whole AUPRC); kotune leaves it out.
 The 0.5 pulls the mean towards 50: up for a weak model, down for a strong one.
 
-    python bench/auprc_absent_class.py
-    python bench/auprc_absent_class.py --smoke   # 200 examples: the same steps (tests/test_bench_smoke.py)
+    python -m bench.auprc_absent_class
+    python -m bench.auprc_absent_class --smoke   # 200 examples: the same steps (tests/test_bench_smoke.py)
 
 Prints per signal the mean over all 30 relations and over the 29 present ones, and
 ``RESULT auprc_absent_bias_weak=<all − present, signal 0.5> auprc_absent_bias_strong=<signal 2>``.
@@ -14,14 +14,10 @@ Prints per signal the mean over all 30 relations and over the 29 present ones, a
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tasks.metrics import _pr_auc, klue_re_auprc  # noqa: E402
+from tasks.metrics import _pr_auc, klue_re_auprc
 
 
 def biases(n: int = 800, k: int = 30, seed: int = 0) -> dict[float, tuple[float, float]]:

@@ -9,8 +9,8 @@ rate and is scored on dev. Per seed the paired difference d_s = balanced_s − n
 paired standard error sd(d)/√n; "shown" only where |mean| > 2 SE. Each class's F1 comes from the
 runs' predictions.jsonl (where the weights should act: the minority classes).
 
-    python bench/class_weights.py --model-dir DIR   # DIR: printed by bench/pretrain_gain.py --only-pretrain
-    python bench/class_weights.py --smoke --model-dir DIR   # tiny settings, every step (tests/test_bench_smoke.py)
+    python -m bench.class_weights --model-dir DIR   # DIR: printed by bench/pretrain_gain.py --only-pretrain
+    python -m bench.class_weights --smoke --model-dir DIR   # tiny settings, every step (tests/test_bench_smoke.py)
 
 Where the arms chose different rates, both arms also train at each chosen rate (a control: the
 difference at one rate is the weights' alone). Prints the tables and ``RESULT class_weights_macro_f1_gain=… se=… shown=…``; every job is an in-process
@@ -22,42 +22,17 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.pretrain_gain import job, paired_gain, spread  # noqa: E402
+from bench.hate_speech import (SMOKE, evaluation, fine_tuning_options, hate_speech, select_lr,  # noqa: E402
+                               training_overrides)
+from bench.jobs import job  # noqa: E402
+from bench.stats import paired_gain, spread  # noqa: E402
 
 ARMS = ("none", "balanced")
-# --smoke (every fine-tuning bench on hate speech here): 2 steps on the first rows, two seeds, one rate
-SMOKE = dict(steps=2, batch=8, max_length=32, lrs="1e-3", seeds="1,2")
-SMOKE_DATA = ["data.max_train_samples=160", "data.max_eval_samples=64"]
-
-
-def model_overrides(model: str, model_dir: str | None, cache_dir: str) -> list[str]:
-    """The encoder: kotune's tiny (random, its own tokenizer) or a pretrained local directory."""
-    if model == "tiny":
-        return ["model=tiny", f"cache_dir={cache_dir}"]
-    if not model_dir:
-        raise SystemExit("--model-dir DIR is needed (the mini encoder: python bench/pretrain_gain.py --only-pretrain)")
-    return ["model=klue", "model.name=mini-pretrained", f"model.name_or_path={model_dir}", "model.init=pretrained",
-            f"cache_dir={cache_dir}"]
-
-
-def select_lr(run, lrs: list[float], metric: str) -> tuple[float, dict[float, float]]:
-    """The learning rate with the best ``metric`` on the seeded held-out slice of the training file:
-    ``run(lr, seed, select=True)`` returns that job's results (seed 1)."""
-    grid = {lr: run(lr, 1, select=True)["metrics"][metric] for lr in lrs}
-    return max(grid, key=grid.get), grid
-
-
-def evaluation(dev: str, select: bool, select_split: float) -> list[str]:
-    """The evaluation side of a run: ``dev`` or, to select, a seeded ``select_split`` of the training file."""
-    return [f"data.validation_split={select_split}"] if select else [f"data.validation_file={dev}"]
 
 
 def per_class_f1(predictions_file: str, labels: list[str]) -> dict[str, float]:
@@ -69,35 +44,6 @@ def per_class_f1(predictions_file: str, labels: list[str]) -> dict[str, float]:
         predicted, gold = sum(r["prediction"] == c for r in rows), sum(r["gold"] == c for r in rows)
         out[c] = 200.0 * tp / (predicted + gold) if predicted + gold else 0.0
     return out
-
-
-def fine_tuning_options(p: argparse.ArgumentParser, seeds: str, out: str) -> None:
-    """The options every hate-speech fine-tuning bench here shares."""
-    p.add_argument("--model-dir", help="the pretrained mini encoder's directory (bench/pretrain_gain.py's model/)")
-    p.add_argument("--shared", default=os.path.join(os.path.dirname(ROOT), "shared"), help="the ../shared folder")
-    p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--lrs", default="3e-4,1e-3", help="learning-rate grid, picked per arm on --select-split")
-    p.add_argument("--select-split", type=float, default=0.15)
-    p.add_argument("--seeds", default=seeds)
-    p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
-    p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), out))
-
-
-def hate_speech(a) -> str:
-    """The hate-speech folder of ``--shared`` (exits with the reason where it is absent)."""
-    data = os.path.join(a.shared, "data", "hate-speech")
-    if not os.path.exists(os.path.join(data, "train.tsv")):
-        raise SystemExit(f"skipped: {data}/train.tsv not found (../shared absent: --shared DIR)")
-    return data
-
-
-def training_overrides(a, model: str, lr: float, seed: int) -> list[str]:
-    """Encoder and optimisation of one fine-tuning run."""
-    return [*model_overrides(model, a.model_dir, a.cache_dir), f"train.learning_rate={lr}", f"train.seed={seed}",
-            f"train.max_steps={a.steps}", f"train.batch_size={a.batch}", f"train.max_length={a.max_length}",
-            "train.warmup_ratio=0.1", "save_model=false", *(SMOKE_DATA if getattr(a, "smoke", False) else [])]
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ frequent relation: what a parser must beat.
 
 Prints a Markdown table, the dev words' shares with several subwords and with a particle or
 ending last, and ``RESULT dp_las_macro_next_word=… dp_las_macro_first=… dp_las_macro_first_last=…
-dp_las_macro_pos=… dp_las_macro_lstm=…``. 2 CPU cores: ``nice -n 5 python bench/dp_options.py``
+dp_las_macro_pos=… dp_las_macro_lstm=…``. 2 CPU cores: ``nice -n 5 python -m bench.dp_options``
 (33 minutes with the defaults, most of it the two LSTM runs). ``--smoke``: every setting and the
 rule, one seed, 2 steps of a 1-layer × 32 encoder on the first rows (tests/test_bench_smoke.py).
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -27,9 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-sys.path.insert(0, str(ROOT))
 
-from bench.hf_parity import compose  # noqa: E402
+from kotune.overrides import compose  # noqa: E402
 
 DEV = SHARED / "data" / "klue" / "klue-dp-v1.1_dev.tsv"
 ENCODER = ["model=kcbert", "model.init=random", f"model.name_or_path={SHARED / 'vocab' / 'kcbert-base'}",

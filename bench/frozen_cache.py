@@ -11,8 +11,8 @@ epoch times of both paths, the one-time encoding cost, the metrics of both, and 
 two paths' metrics, in points). Base size on a few CPU cores is slow: ``--train``/``--eval`` pick
 the subset sizes (the default run takes a few minutes on 2 cores).
 
-    python bench/frozen_cache.py [--train 128] [--eval 48] [--epochs 2] [--layers last]
-    python bench/frozen_cache.py --smoke   # all three runs on a 1-layer × 32 encoder, 16 / 8 pairs
+    python -m bench.frozen_cache [--train 128] [--eval 48] [--epochs 2] [--layers last]
+    python -m bench.frozen_cache --smoke   # all three runs on a 1-layer × 32 encoder, 16 / 8 pairs
 """
 from __future__ import annotations
 
@@ -20,14 +20,12 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-sys.path.insert(0, str(ROOT))
 
 
 # --smoke: the encoder shrunk (the kcbert-base vocabulary kept), appended to every run
@@ -51,18 +49,14 @@ def overrides(args, cache: bool, cache_dir: str) -> list[str]:
 
 def run_path(args, cache: bool, cache_dir: str, run_dir: str) -> dict:
     """One frozen training run through kotune's pieces, timing each epoch with a callback."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from transformers import TrainerCallback
 
     from kotune.build import build
-    from kotune.cli import open_dict_overrides
+    from kotune.overrides import compose
     from kotune.predict import predict
     from kotune.trainer import make_trainer
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=open_dict_overrides(overrides(args, cache, cache_dir)))
+    cfg = compose(overrides(args, cache, cache_dir))
     epochs: list[float] = []
 
     class EpochTimer(TrainerCallback):

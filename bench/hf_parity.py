@@ -13,21 +13,21 @@ for the sequence (hate speech), pair (KLUE NLI), token (KLUE NER) and span (KorQ
 (b) after training: the main metric, mean and spread over ``--seeds`` seeds per side.
 
 Prints a table and ``RESULT parity_max_logit_diff=<x> parity_metric_delta_min=<kotune − HF, worst task>``.
-Small budgets by default (2 CPU cores): ``nice -n 5 python bench/hf_parity.py``. ``--smoke``: every
+Small budgets by default (2 CPU cores): ``nice -n 5 python -m bench.hf_parity``. ``--smoke``: every
 head both ways, one seed, 2 steps of a 2-layer × 32 checkpoint on the first rows (tests/test_bench_smoke.py).
 """
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-sys.path.insert(0, str(ROOT))
+
+from kotune.overrides import compose  # noqa: E402
 
 DATA = SHARED / "data"
 TRAIN = ["train.learning_rate=5e-4", "train.batch_size=16", "train.warmup_ratio=0.1", "train.weight_decay=0.01",
@@ -61,17 +61,6 @@ def make_checkpoint(path: Path, hidden: int) -> None:
     torch.manual_seed(0)
     BertForMaskedLM(config).save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from kotune.cli import open_dict_overrides
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=open_dict_overrides(overrides))
 
 
 def overrides_for(head: str, checkpoint: Path, steps: int, seed: int, cache: Path) -> list[str]:

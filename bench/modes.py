@@ -19,9 +19,9 @@ learning-rate decay), measured:
     paired difference from full fine-tuning with its standard error, "shown" only beyond 2 SE
     (either way).
 
-    python bench/modes.py --model-dir /path/to/pretrain_gain/<recipe>/model
-    python bench/modes.py --skip-quality                  # the cost part only
-    python bench/modes.py --smoke --model-dir DIR   # both parts, tiny (tests/test_bench_smoke.py)
+    python -m bench.modes --model-dir /path/to/pretrain_gain/<recipe>/model
+    python -m bench.modes --skip-quality                  # the cost part only
+    python -m bench.modes --smoke --model-dir DIR   # both parts, tiny (tests/test_bench_smoke.py)
 
 Prints a table per part and ``RESULT lora_checkpoint_pct=… lora_memory_ratio=… …``; writes
 ``OUT/modes.json``. Finished quality runs in ``--out`` are reused (pretrain_gain's ``job``).
@@ -31,15 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.pretrain_gain import METRIC, SHARED, Bench, fixed_splits, job, paired_gain, spread  # noqa: E402
+from bench.jobs import job  # noqa: E402
+from bench.pretraining import METRIC, SHARED, Bench, fixed_splits  # noqa: E402
+from bench.stats import paired_gain, spread  # noqa: E402
 
 VOCAB = os.path.join(os.path.dirname(SHARED), "vocab", "kcbert-base")
 MODES = {  # the mode's overrides, for both parts
@@ -160,7 +159,7 @@ def main() -> None:
     p.add_argument("--cost-batch", type=int, default=8, help="sequences of 128 tokens per step")
     p.add_argument("--skip-cost", action="store_true")
     p.add_argument("--skip-quality", action="store_true")
-    p.add_argument("--model-dir", help="the pretrained mini encoder (python bench/pretrain_gain.py --only-pretrain "
+    p.add_argument("--model-dir", help="the pretrained mini encoder (python -m bench.pretrain_gain --only-pretrain "
                                        "prints it)")
     p.add_argument("--tasks", default="hate,ner")
     p.add_argument("--seeds", default="1,2,3,4,5")
@@ -179,7 +178,7 @@ def main() -> None:
         raise SystemExit(f"skipped: {VOCAB} or {SHARED}/hate-speech not found (../shared absent)")
     if not a.skip_quality and not (a.model_dir and os.path.exists(os.path.join(a.model_dir, "config.json"))):
         raise SystemExit("--model-dir: the pretrained mini encoder's directory is needed for the quality part "
-                         "(python bench/pretrain_gain.py --only-pretrain prints it; or --skip-quality)")
+                         "(python -m bench.pretrain_gain --only-pretrain prints it; or --skip-quality)")
     import torch
 
     os.makedirs(a.out, exist_ok=True)

@@ -9,8 +9,8 @@ of ``--lrs`` (with that decision) on a seeded ``--select-split`` of train.tsv (s
 then trains at that rate. Table: micro F1 (main), macro F1, samples F1, subset accuracy, mean ± sd over
 seeds; the paired difference tune − 0.5 per seed with its standard error, "shown" where |mean| > 2 SE.
 
-    python bench/multi_label.py --model-dir DIR      # DIR: printed by bench/pretrain_gain.py --only-pretrain
-    python bench/multi_label.py --smoke --model-dir DIR   # both encoders and decisions, tiny (tests/test_bench_smoke.py)
+    python -m bench.multi_label --model-dir DIR      # DIR: printed by bench/pretrain_gain.py --only-pretrain
+    python -m bench.multi_label --smoke --model-dir DIR   # both encoders and decisions, tiny (tests/test_bench_smoke.py)
 
 Prints the table and ``RESULT <model>_micro_f1=… <model>_macro_f1=… <model>_subset_accuracy=… …``.
 """
@@ -20,17 +20,15 @@ import argparse
 import csv
 import json
 import os
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.class_weights import (SMOKE, evaluation, fine_tuning_options, hate_speech, select_lr,  # noqa: E402
-                                  training_overrides)
-from bench.pretrain_gain import job, paired_gain, spread  # noqa: E402
+from bench.hate_speech import (SMOKE, evaluation, fine_tuning_options, hate_speech, select_lr,  # noqa: E402
+                               training_overrides)
+from bench.jobs import job  # noqa: E402
+from bench.stats import paired_gain, spread  # noqa: E402
 
 METRICS = ("micro_f1", "macro_f1", "samples_f1", "subset_accuracy")
 DECISIONS = {"0.5": ["task.threshold=0.5"], "tune": ["task.threshold=tune"]}  # tune is the default

@@ -9,9 +9,9 @@ seed of ``--seeds`` trains on all of it at that rate and is scored on the 20 %. 
 over the seeds; the difference CRF − plain paired by seed, its mean ± paired standard error, and
 "shown" only where it exceeds two standard errors (either way).
 
-    python bench/ner_crf.py --cache-dir CACHE                      # 5 seeds, 400 steps each
-    python bench/ner_crf.py --cache-dir CACHE --model-dir CACHE/pretrain_gain/<hash>/model  # a given encoder
-    python bench/ner_crf.py --smoke [--model-dir DIR]   # pretrain_gain's --smoke settings (tests/test_bench_smoke.py)
+    python -m bench.ner_crf --cache-dir CACHE                      # 5 seeds, 400 steps each
+    python -m bench.ner_crf --cache-dir CACHE --model-dir CACHE/pretrain_gain/<hash>/model  # a given encoder
+    python -m bench.ner_crf --smoke [--model-dir DIR]   # pretrain_gain's --smoke settings (tests/test_bench_smoke.py)
 
 Prints a table and ``RESULT crf_entity_f1=… plain_entity_f1=… crf_gain=… crf_gain_se=… shown=…``,
 and writes ``OUT/ner_crf.json``. Finished runs in ``--out`` are reused.
@@ -21,16 +21,13 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.pretrain_compare import difference  # noqa: E402
-from bench.pretrain_gain import NER_FILE, SMOKE, Bench, arguments, fixed_splits, pretrain, spread  # noqa: E402
+from bench.pretraining import NER_FILE, SMOKE, Bench, arguments, fixed_splits, pretrain  # noqa: E402
+from bench.stats import difference, spread  # noqa: E402
 
 ARMS = {"plain": (), "crf": ("task.crf=true",)}  # arm → its overrides
 METRICS = ("entity_f1", "entity_f1_micro", "char_f1")

@@ -4,9 +4,9 @@ For each vocabulary (../shared/vocab) and decode: the pipeline ceiling on the wh
 file, then the same randomly initialised encoder (real vocabulary, same seed, same budget) trained
 on a seeded 80 % of that file and scored on the held-out 20 %.
 
-    python bench/ner_decode.py                      # kcbert + koelectra, 1 seed, ~1 h on 2 cores
-    python bench/ner_decode.py --vocabs kcbert --steps 100 --seeds 1   # a quick look
-    python bench/ner_decode.py --smoke   # every cell, 2 steps of a 1-layer × 32 encoder on the first rows
+    python -m bench.ner_decode                      # kcbert + koelectra, 1 seed, ~1 h on 2 cores
+    python -m bench.ner_decode --vocabs kcbert --steps 100 --seeds 1   # a quick look
+    python -m bench.ner_decode --smoke   # every cell, 2 steps of a 1-layer × 32 encoder on the first rows
 
 Prints a markdown table, ``RESULT <vocab>_<decode>_ceiling_entity_f1=… <vocab>_<decode>_entity_f1=… …``
 (the ceiling and the trained entity F1, mean over seeds, of every cell) and writes every results.json
@@ -18,13 +18,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-sys.path.insert(0, str(ROOT))
+
+from kotune.overrides import compose  # noqa: E402
 
 VOCABS = {"kcbert": ["model=kcbert", f"model.name_or_path={SHARED}/vocab/kcbert-base"],
           "koelectra": ["model=koelectra", f"model.name_or_path={SHARED}/vocab/koelectra",
@@ -34,15 +34,6 @@ KEYS = ("entity_f1", "entity_f1_micro", "char_f1", "char_f1_with_o")
 SMOKE = dict(seeds=1, steps=2, batch_size=8, layers=1, hidden=32,
              out=os.path.join(tempfile.gettempdir(), "kotune_bench", "ner_decode_smoke"))
 SMOKE_DATA = ["data.max_train_samples=64", "data.max_eval_samples=32"]  # --smoke: appended to every job
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
 
 
 def job(overrides: list[str], run_dir: Path) -> dict:

@@ -2,10 +2,10 @@
 mlm vs mlm+nsp, or ``pretrain.attention_init`` random vs tied_qk vs mimetic. Each argument is one
 run's ``--out`` folder (its ``pretrain_gain.json``); the first is the baseline.
 
-    python bench/pretrain_gain.py --tasks hate,sts,korsts --out OUT_MLM
-    python bench/pretrain_gain.py --tasks hate,sts,korsts --objective mlm+nsp --out OUT_NSP
-    python bench/pretrain_compare.py OUT_MLM OUT_NSP
-    python bench/pretrain_compare.py --smoke   # makes two: pretrain_gain.py --smoke (hate), mlm and mlm+nsp
+    python -m bench.pretrain_gain --tasks hate,sts,korsts --out OUT_MLM
+    python -m bench.pretrain_gain --tasks hate,sts,korsts --objective mlm+nsp --out OUT_NSP
+    python -m bench.pretrain_compare OUT_MLM OUT_NSP
+    python -m bench.pretrain_compare --smoke   # makes two: pretrain_gain.py --smoke (hate), mlm and mlm+nsp
 
 Per recipe: the pretraining's minutes and held-out masked-LM loss / accuracy at ``--steps`` (each
 run's own held-out rows: the same blocks and masks for every mlm recipe; an mlm+nsp run's rows are
@@ -23,11 +23,11 @@ import sys
 import tempfile
 from types import SimpleNamespace
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.pretrain_gain import compose, paired_gain, pretrain_dir, pretrain_overrides, spread  # noqa: E402
+from bench.pretraining import common_held_out as score_held_out, pretrain_dir, pretrain_overrides  # noqa: E402
+from bench.stats import difference, spread  # noqa: E402
+from kotune.overrides import compose  # noqa: E402
 
 
 def recipe_name(args: dict) -> str:
@@ -41,27 +41,18 @@ def held_out_at(curve: list[dict], step: int) -> dict | None:
     return next((point for point in curve if point["step"] == step), None)
 
 
-def difference(scores: list[float], baseline: list[float]) -> dict:
-    """``scores`` − ``baseline`` paired by seed: mean, paired SE and ``shown`` in either direction."""
-    d = paired_gain(scores, baseline)
-    return {"mean": d["mean"], "se": d["se"], "gains": d["gains"],
-            "shown": len(scores) > 1 and abs(d["mean"]) > 2 * d["se"]}
-
-
 def common_held_out(args: dict, model_dir: str) -> dict:
     """A final model on the mlm recipe's held-out blocks (bench/pretrain_variants.py's measure)."""
-    from bench.pretrain_variants import common_held_out as score
-
     recipe = SimpleNamespace(**{**args, "objective": "mlm"})
-    return score(compose(pretrain_overrides(recipe, args["cache_dir"])), model_dir)
+    return score_held_out(compose(pretrain_overrides(recipe, args["cache_dir"])), model_dir)
 
 
 def smoke_outs(out: str, cache_dir: str) -> list[str]:
-    """Two ``bench/pretrain_gain.py --smoke`` runs on hate speech (mlm, mlm+nsp) under ``out``, in this
-    process (their output on stderr: their RESULT lines are not this bench's)."""
+    """Two ``python -m bench.pretrain_gain --smoke`` runs on hate speech (mlm, mlm+nsp) under ``out``, in
+    this process (run as ``-m`` runs it, not imported; their output on stderr: their RESULT lines are
+    not this bench's)."""
     import contextlib
-
-    from bench import pretrain_gain
+    import runpy
 
     outs = [os.path.join(out, "mlm"), os.path.join(out, "mlm_nsp")]
     for folder, objective in zip(outs, ("mlm", "mlm+nsp")):
@@ -70,7 +61,7 @@ def smoke_outs(out: str, cache_dir: str) -> list[str]:
                                         "--objective", objective, "--cache-dir", cache_dir, "--out", folder]
             try:
                 with contextlib.redirect_stdout(sys.stderr):
-                    pretrain_gain.main()
+                    runpy.run_module("bench.pretrain_gain", run_name="__main__", alter_sys=True)
             finally:
                 sys.argv = argv
     return outs

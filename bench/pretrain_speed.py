@@ -8,8 +8,8 @@ weights on the same blocks of ``../shared/data/corpus``, on two shapes:
 - ``base``: BERT-base's shape (12 × 768, 12 heads, FFN 3072, the KcBERT vocabulary of 30,000),
   128-token blocks, batch 8.
 
-    python bench/pretrain_speed.py [--rounds 3 --steps 6 --base-steps 2 --profile]
-    python bench/pretrain_speed.py --smoke   # both shapes shrunk, 1 round of 1 step, 2,000 corpus lines
+    python -m bench.pretrain_speed [--rounds 3 --steps 6 --base-steps 2 --profile]
+    python -m bench.pretrain_speed --smoke   # both shapes shrunk, 1 round of 1 step, 2,000 corpus lines
 
 Each round trains every variant ``steps`` optimizer steps after one warm-up step; a step's rate is
 block positions / the wall time between two step ends (data loading, masking, forward, backward,
@@ -25,16 +25,15 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("KOTUNE_PROGRESS", "0")
 
-from bench.pretrain_gain import CORPUS, compose  # noqa: E402
+from bench.pretraining import CORPUS  # noqa: E402
+from kotune.overrides import compose  # noqa: E402
 
 KCBERT_VOCAB = os.path.join(os.path.dirname(ROOT), "shared", "vocab", "kcbert-base")
 SHAPES = {  # name → (BertConfig sizes, block length, batch)

@@ -5,9 +5,9 @@ is scored on the same held-out masked blocks (the mlm run's packed blocks of the
 each model with its own tokenizer), so an mlm+nsp model, whose own held-out rows are sentence
 pairs, is compared on the same text; plus its own held-out next-sentence accuracy.
 
-    python bench/pretrain_variants.py --steps 300
-    python bench/pretrain_variants.py --steps 750 --variants mlm:random,mlm:tied_qk,mlm:mimetic
-    python bench/pretrain_variants.py --smoke   # every variant, 4 steps of a 1-layer × 32 recipe, 2,000 lines a file
+    python -m bench.pretrain_variants --steps 300
+    python -m bench.pretrain_variants --steps 750 --variants mlm:random,mlm:tied_qk,mlm:mimetic
+    python -m bench.pretrain_variants --smoke   # every variant, 4 steps of a 1-layer × 32 recipe, 2,000 lines a file
 
 Prints one row per variant and ``RESULT variant=… mlm_loss=… mlm_accuracy=… nsp_accuracy=…``.
 Runs are cached under ``cache_dir/pretrain_variants/<recipe hash>`` (never in the project).
@@ -16,36 +16,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from types import SimpleNamespace
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.pretrain_gain import CORPUS, compose, job, pretrain_overrides  # noqa: E402
+from bench.jobs import job  # noqa: E402
+from bench.pretraining import CORPUS, common_held_out, pretrain_overrides  # noqa: E402
+from kotune.overrides import compose  # noqa: E402
 
 MINI = dict(vocab=2000, hidden=128, layers=2, block=64, batch=64, lr=1e-3, dropout=0.0, ft_max_length=128,
             position_init="sinusoidal")
 # --smoke: the recipe shrunk as bench/pretrain_gain.py's --smoke shrinks it
 SMOKE_MINI = {**MINI, "vocab": 500, "hidden": 32, "layers": 1, "block": 32, "batch": 8, "ft_max_length": 64}
-
-
-def common_held_out(cfg, model_dir: str) -> dict:
-    """The saved model (as ``AutoModelForMaskedLM``) on the packed blocks of the held-out lines."""
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-    from heads.mlm import mlm_metrics
-    from tasks import pretrain
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    lines = pretrain.load_text(cfg.data, int(cfg.train.seed))["validation"].lines
-    blocks = pretrain.pack_blocks(tokenizer, *pretrain.tokenize_lines(tokenizer, lines), int(cfg.train.max_length))
-    rows = pretrain.model_rows(blocks, bool(cfg.pretrain.whole_word))[: cfg.pretrain.max_eval_blocks]
-    collator = pretrain.mlm_collator(tokenizer, cfg.pretrain, seed=int(cfg.pretrain.eval_seed))
-    batches = pretrain.masked_batches(rows, collator, int(cfg.train.eval_batch_size))
-    return mlm_metrics(AutoModelForMaskedLM.from_pretrained(model_dir), batches)
 
 
 def main() -> None:

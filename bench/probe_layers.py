@@ -15,8 +15,8 @@ standard init; ``--no-twin`` skips it) say which curve shapes the pretraining ma
 deep stack gives anyway. Sequence and pair heads read the masked mean of the tokens (``mode.pooling=mean``: without
 next-sentence training the [CLS] vector has no sentence-level objective behind it).
 
-    python bench/probe_layers.py                       # 6 × 128, 4,000 pretraining steps, seeds 1-3
-    python bench/probe_layers.py --smoke    # every task and init: 4 layers × 32, 4 + 2 steps, the first rows
+    python -m bench.probe_layers                       # 6 × 128, 4,000 pretraining steps, seeds 1-3
+    python -m bench.probe_layers --smoke    # every task and init: 4 layers × 32, 4 + 2 steps, the first rows
 
 Prints each task's table, ``RESULT probe_best_ner=… probe_best_layer_ner=… …`` (the best choice and
 the best single layer per task) and writes ``OUT/probe_layers.png`` (a panel per task) and
@@ -29,17 +29,14 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from types import SimpleNamespace
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.pretrain_gain import (CORPUS, KLUE_STS_DEV, KORSTS, NER_FILE, fixed_splits, job, pretrain,  # noqa: E402
-                                 task_data)
+from bench.jobs import job  # noqa: E402
+from bench.pretraining import CORPUS, KLUE_STS_DEV, KORSTS, NER_FILE, fixed_splits, pretrain, task_data  # noqa: E402
 
 TASKS = ("ner", "sts", "korsts", "hate")
 SMOKE = dict(layers=4, hidden=32, pretrain_steps=4, seeds="1", head_steps=2, head_batch=8,

@@ -1,10 +1,10 @@
 """How long QA post-processing takes: windows, n-best decoding and the official metric over a
 whole SQuAD-format file, with random logits in Trainer's shape (no model).
 
-    python bench/qa_decode.py --file ../shared/data/korquad/KorQuAD_v1.0_dev.json \
+    python -m bench.qa_decode --file ../shared/data/korquad/KorQuAD_v1.0_dev.json \
         --vocab ../shared/vocab/kcbert-base --max-length 300
 
-    python bench/qa_decode.py --smoke   # both decodings on the first 64 questions (the defaults: ../shared)
+    python -m bench.qa_decode --smoke   # both decodings on the first 64 questions (the defaults: ../shared)
 
 Prints one line per decoding: questions, windows, seconds to build windows, to decode, to score;
 then ``RESULT token_windows=… token_decode_s=… token_score_s=… char_windows=… char_decode_s=… char_score_s=…``.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 import numpy as np
@@ -21,7 +20,6 @@ from omegaconf import OmegaConf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
-sys.path.insert(0, ROOT)
 
 from heads.encoder import load_tokenizer  # noqa: E402
 from tasks import build_task  # noqa: E402

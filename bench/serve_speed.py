@@ -1,9 +1,9 @@
 """Serving speed on CPU: ``transformers.pipeline`` (fp32) against kotune predict (fp32) and kotune
 on ONNX Runtime (fp32, dynamic int8), plus the HTTP server batched against one-at-a-time.
 
-    python bench/serve_speed.py             # base shape + tiny, demo dev and 300 KLUE NLI pairs (< ~10 min idle)
-    python bench/serve_speed.py --quick     # 48 texts, tiny only (~2 min idle)
-    python bench/serve_speed.py --smoke     # every phase, the server included: tiny, 2 steps, 16 texts
+    python -m bench.serve_speed             # base shape + tiny, demo dev and 300 KLUE NLI pairs (< ~10 min idle)
+    python -m bench.serve_speed --quick     # 48 texts, tiny only (~2 min idle)
+    python -m bench.serve_speed --smoke     # every phase, the server included: tiny, 2 steps, 16 texts
 
 Models (one process, ``--threads`` intra-op threads for torch and onnxruntime alike):
 
@@ -45,10 +45,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-sys.path.insert(0, str(ROOT))
 
 from bench.common import PeakMemory  # noqa: E402
-from bench.hf_parity import compose  # noqa: E402
+from kotune.overrides import compose  # noqa: E402
 
 NLI = SHARED / "data" / "klue" / "klue-nli-v1.1_dev.json"
 BASE = ["model=kcbert", f"model.name_or_path={SHARED / 'vocab' / 'kcbert-base'}", "model.init=random"]

@@ -21,8 +21,8 @@ on the same split, as any sweep's best value).
 Over seeds: the ratios none/median of wall time and steps, and the paired difference of the best
 score (median − none) with its standard error; "shown" only beyond 2 SE.
 
-    python bench/sweep_pruning.py                          # 10 trials × 300 steps, seeds 0 1 2
-    python bench/sweep_pruning.py --smoke   # 2 trials × 4 steps on 32 rows, seed 0, pruning after 1 trial
+    python -m bench.sweep_pruning                          # 10 trials × 300 steps, seeds 0 1 2
+    python -m bench.sweep_pruning --smoke   # 2 trials × 4 steps on 32 rows, seed 0, pruning after 1 trial
 
 Prints a table and ``RESULT sweep_pruning_wall_ratio=… steps_ratio=… best_diff=… se=… shown=…``;
 writes OUT/sweep_pruning.json. A finished sweep in OUT is reused (its study is complete: the command
@@ -41,7 +41,6 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 ARMS = ("none", "median")
 # --smoke: 32 training rows (an epoch of 4 steps: an evaluation every step) and the median pruner's start after

@@ -1,8 +1,8 @@
 """Throughput of kotune's pipeline against the fixed-padding recipe, on one machine, in one run.
 
-    python bench/throughput.py            # base-size encoder (< 10 min on 2 CPU cores)
-    python bench/throughput.py --small    # 2-layer encoder, quick (< 2 min)
-    python bench/throughput.py --smoke    # every phase on a 1-layer × 32 encoder and 128 rows per task
+    python -m bench.throughput            # base-size encoder (< 10 min on 2 CPU cores)
+    python -m bench.throughput --small    # 2-layer encoder, quick (< 2 min)
+    python -m bench.throughput --smoke    # every phase on a 1-layer × 32 encoder and 128 rows per task
 
 Both pipelines train and evaluate the *same* encoder (BERT-base shape from
 ../shared/vocab/kcbert-base/config.json with 512 positions, random init, same seed), on the same
@@ -52,7 +52,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-sys.path.insert(0, str(ROOT))
 # Idle OpenMP threads sleep instead of spinning. On a CPU shared with other jobs, spinning threads
 # that lose their core stall every parallel region (measured here: 20x slower steps for a small
 # encoder, and wildly varying); on an idle machine it costs a few percent. Set before torch loads
@@ -65,12 +64,13 @@ from omegaconf import OmegaConf  # noqa: E402
 from transformers import Trainer, TrainerCallback, default_data_collator  # noqa: E402
 from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 
+from bench.common import PeakMemory, matmul_peak, median, sync, timed  # noqa: E402
 from kotune.build import Built, build  # noqa: E402
+from kotune.overrides import compose  # noqa: E402
 from kotune.predict import predict  # noqa: E402
 from kotune.runtime import pad_multiple, quiet_libraries  # noqa: E402
 from kotune.trainer import make_trainer  # noqa: E402
 from kotune.training_args import training_arguments  # noqa: E402
-from bench.common import PeakMemory, matmul_peak, median, sync, timed  # noqa: E402
 from tasks.base import Split  # noqa: E402
 from tasks.collate import length_order  # noqa: E402
 
@@ -105,17 +105,6 @@ STARTED = time.perf_counter()
 
 def log(msg: str) -> None:
     print(f"[bench {time.perf_counter() - STARTED:5.0f}s] {msg}", flush=True)
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from kotune.cli import open_dict_overrides
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=open_dict_overrides(overrides))
 
 
 # ---- data -------------------------------------------------------------------------------------

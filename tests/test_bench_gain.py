@@ -1,11 +1,13 @@
-"""The pure helpers of bench/pretrain_gain.py: the paired-gain statistics and the NER split."""
+"""The pure helpers of the pretraining benches (bench/stats.py, bench/pretraining.py): the paired-gain
+statistics and the NER split."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from bench.pretrain_gain import paired_gain, split_blocks, split_rows
+from bench.pretraining import split_blocks, split_rows
+from bench.stats import difference, paired_gain
 
 
 def test_paired_gain_mean_se_and_random_spread():
@@ -70,7 +72,7 @@ def test_split_rows_keeps_groups_together_and_the_header_on_both_sides():
 
 
 def test_recipe_difference_is_shown_in_either_direction():
-    from bench.pretrain_compare import difference, held_out_at
+    from bench.pretrain_compare import held_out_at
 
     worse = difference([40.0, 41.0, 39.0], [45.0, 46.0, 44.5])
     assert worse["mean"] == pytest.approx(-5.1666, abs=1e-3) and worse["shown"]

@@ -1,16 +1,19 @@
 """Every bench script's ``--smoke`` run (tiny settings, every code path of the real run): it must exit 0
-and print its ``RESULT`` line. One test per script, each a fresh interpreter as a user runs it; a new
-script in bench/ without an entry here fails ``test_every_bench_script_has_a_smoke_test``.
+and print its ``RESULT`` line. One test per script, each a fresh interpreter as a user runs it (``python -m bench.<name>``
+from the repository root); a new script in bench/ without an entry here fails
+``test_every_bench_script_has_a_smoke_test``.
 
 The scripts that fine-tune "the mini pretrained encoder" get one tiny pretrained encoder, built once
-per session (``bench/pretrain_gain.py --smoke --only-pretrain``) into a cache shared by all workers;
+per session (``python -m bench.pretrain_gain --smoke --only-pretrain``) into a cache shared by all workers;
 every run writes under its test's temporary folder (TMPDIR, --out) and that cache, never the project
 or the home folder.
 """
 from __future__ import annotations
 
+import ast
 import glob
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,7 +24,8 @@ import pytest
 from conftest import ROOT, SHARED, shared_path
 
 BENCH = ROOT / "bench"
-HELPERS = {"__init__.py", "common.py"}  # modules, not scripts
+# modules the scripts share, not scripts (a script imports these, never another script)
+HELPERS = {"__init__.py", "common.py", "hate_speech.py", "jobs.py", "pretraining.py", "stats.py"}
 # script → its arguments besides --smoke; {model}: the tiny pretrained encoder, {out}: the test's
 # folder, {cache}: the session's cache, {shared}: ../shared. Every script but those in NO_SHARED reads
 # ../shared (skipped without it).
@@ -57,7 +61,7 @@ def smoke_env(cache: Path, tmp: Path) -> dict:
 
 
 def run_smoke(script: str, args: list[str], cache: Path, tmp: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCH / f"{script}.py"), "--smoke", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", f"bench.{script}", "--smoke", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=TIMEOUT_S, env=smoke_env(cache, tmp))
 
 
@@ -77,7 +81,7 @@ def smoke_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_encoder(smoke_cache, tmp_path_factory) -> str:
-    """The pretrained encoder of ``bench/pretrain_gain.py --smoke`` (its model/ folder), pretrained once
+    """The pretrained encoder of ``python -m bench.pretrain_gain --smoke`` (its model/ folder), pretrained once
     per session: the first worker builds it under a lock, the others find it in the shared cache."""
     from filelock import FileLock
 
@@ -100,6 +104,41 @@ def test_every_bench_script_has_a_smoke_test():
     assert set(SCRIPTS) - scripts == set(), "SCRIPTS names scripts bench/ no longer has"
 
 
+def bench_imports(path: Path) -> set[str]:
+    """The bench modules a file imports anywhere (module level or inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] if node.module != "bench" else [f"bench.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found |= {n.split(".")[1] for n in names if n.startswith("bench.")}
+    return found
+
+
+def test_bench_scripts_import_helpers_never_another_script_nor_touch_sys_path():
+    """bench/ is a package run as ``python -m bench.<name>``: no sys.path edits, and what several
+    scripts need lives in a helper module (HELPERS), not in a script another one imports."""
+    for path in sorted(BENCH.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert "sys.path.insert" not in text and "sys.path.append" not in text, f"{path.name} edits sys.path"
+        scripts = {name for name in bench_imports(path) if f"{name}.py" not in HELPERS}
+        assert not scripts, f"bench/{path.name} imports the script(s) {sorted(scripts)}: move what it needs to a helper"
+
+
+def test_documented_bench_commands_run_the_module():
+    """Every documented command says ``python -m bench.<name>`` (``python bench/<name>.py`` does not
+    find the bench package) and names a script that exists."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted(BENCH.glob("*.py"))]
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"python3? bench/", text), f"{page.relative_to(ROOT)}: python bench/<name>.py"
+        for name in re.findall(r"python3? -m bench\.(\w+)", text):
+            assert name in SCRIPTS, f"{page.relative_to(ROOT)}: python -m bench.{name} is no bench script"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_bench_smoke(script, request, smoke_cache, tmp_path):
@@ -113,6 +152,6 @@ def test_bench_smoke(script, request, smoke_cache, tmp_path):
     started = time.perf_counter()
     proc = run_smoke(script, args, smoke_cache, tmp_path)
     seconds = time.perf_counter() - started
-    assert proc.returncode == 0, f"bench/{script}.py --smoke exited {proc.returncode} after {seconds:.0f} s\n{tail(proc)}"
+    assert proc.returncode == 0, f"python -m bench.{script} --smoke exited {proc.returncode} after {seconds:.0f} s\n{tail(proc)}"
     results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert results, f"bench/{script}.py --smoke printed no RESULT line\n{tail(proc)}"
+    assert results, f"python -m bench.{script} --smoke printed no RESULT line\n{tail(proc)}"
