@@ -1,0 +1,133 @@
+"""A native export (``action=export``: the architecture's transformers class, heads/export.py) behind
+``kotune.load``: the transformers model stands in for the kotune model where kotune only predicts (as
+an ONNX export's :class:`heads.onnx.OnnxModel` does), and ``action=serve``'s predictor
+(kotune/serving.py) encodes, batches, decodes and writes the records.
+
+A native export keeps what transformers reads, not kotune's ``kotune.json``: the task is the one its
+model card names (the export's README.md tags: ``kotune``, the task, the head), the labels those of
+``config.json`` (``id2label``), a multi-label model's thresholds ``config.kotune_thresholds``, the
+length and token type ids the tokenizer's. Other task options are the task preset's (give
+``task.X=`` overrides for a model trained with others; ``task=NAME`` where the card names none)."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from kotune.api_compose import compose_job
+from kotune.core.atomic_dir import MANIFEST, settle, verify_manifest
+from kotune.core.errors import KotuneError
+
+NATIVE_KIND = "native-export"  # the manifest's kind (heads/export.py writes it)
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# a kotune head's native class ends so (the export's mapping, heads/export.py)
+CLASS_SUFFIX = {"sequence": "ForSequenceClassification", "pair": "ForSequenceClassification",
+                "token": "ForTokenClassification", "span": "ForQuestionAnswering"}
+
+
+def is_native_export(path: str) -> bool:
+    try:
+        with open(os.path.join(path, MANIFEST), encoding="utf-8") as f:
+            return json.load(f).get("kind") == NATIVE_KIND
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def card_tags(path: str) -> list[str]:
+    """The tags of the export's model card (README.md's YAML front matter), [] without one."""
+    import yaml
+
+    try:
+        with open(os.path.join(path, "README.md"), encoding="utf-8") as f:
+            text = f.read()
+        if not text.startswith("---"):
+            return []
+        data = yaml.safe_load(text.split("---", 2)[1]) or {}
+        return [str(t) for t in data.get("tags") or []]
+    except (OSError, ValueError, IndexError, AttributeError, yaml.YAMLError):
+        return []
+
+
+class NativeModel:
+    """A native export run by transformers, standing in for a KotuneModel where kotune only
+    predicts: ``head_kind`` and ``meta`` as kotune would have saved them, and a call that turns one
+    padded batch into the logits KotuneModel would give (a tuple for the span head)."""
+
+    runtime = "transformers"
+    frozen = False
+    windows = None
+
+    def __init__(self, path: str, head_kind: str, meta: dict):
+        import transformers
+
+        config = transformers.AutoConfig.from_pretrained(path)
+        name = (getattr(config, "architectures", None) or [""])[0]
+        cls = getattr(transformers, name, None) if name.endswith(tuple(CLASS_SUFFIX.values())) else None
+        if cls is None:
+            raise KotuneError(f"{path}: config.json's architecture {name or 'none'} is not a class kotune exports")
+        self.native = cls.from_pretrained(path).eval()
+        self.head_kind, self.meta, self.file = head_kind, meta, None
+        self.span = name.endswith("ForQuestionAnswering")
+
+    def __call__(self, batch: dict) -> Any:
+        import torch
+
+        feed = {k: torch.as_tensor(batch[k]) for k in INPUTS if k in batch}
+        if not self.meta.get("token_type_ids", True):
+            feed.pop("token_type_ids", None)
+        with torch.inference_mode():
+            out = self.native(**feed)
+        if self.span:
+            return out.start_logits.float().numpy(), out.end_logits.float().numpy()
+        return out.logits.float().numpy()
+
+    def report(self) -> dict:
+        return {"layers": "last", "pooling": "cls" if self.head_kind in ("sequence", "pair") else None}
+
+    def describe(self) -> str:
+        return f"transformers: {type(self.native).__name__}"
+
+
+def native_predictor(path: str, overrides: list[str]):
+    """``action=serve``'s predictor over the native export at ``path``."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from kotune.build import Built, make_collator
+    from kotune.checkpoint import presets
+    from kotune.checkpoint_fit import task_for_checkpoint
+    from kotune.predict import BatchPredictor
+    from kotune.serving import Predictor, servable
+    from tasks import build_task
+    from tasks.base import EncodeSettings
+
+    settle(path)  # an export killed while swapping its directory in: the whole one back
+    verify_manifest(path, True, "export it again (action=export)")
+    asked = {o.lstrip("+").partition("=")[0] for o in overrides}
+    tags = card_tags(path)
+    named = next((t for t in tags[1:2] if t in presets("task")), None) if tags[:1] == ["kotune"] else None
+    if named is None and "task" not in asked:
+        raise KotuneError(f"{path}: a native export whose model card names no kotune task: "
+                          "load(path, 'task=NAME') says which")
+    cfg = compose_job(["action=predict", *([f"task={named}"] if "task" not in asked else []), *overrides])
+    config, tokenizer = AutoConfig.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    if getattr(config, "kotune_windows", None):
+        raise KotuneError(f"{path}: a native export of a model that reads documents as windows (config.kotune_windows); "
+                          "load the run directory or an ONNX export of it")
+    task = build_task(cfg.task)
+    if not (getattr(config, "architectures", None) or [""])[0].endswith(CLASS_SUFFIX.get(task.head, "?")):
+        raise KotuneError(f"{path}: a {(config.architectures or ['?'])[0]} does not fit task {task.name} "
+                          f"(its {task.head} head exports as *{CLASS_SUFFIX.get(task.head, '?')})")
+    labels = [config.id2label[i] for i in sorted(config.id2label)] if task.head != "span" else None
+    options = {"threshold": list(config.kotune_thresholds.values())} if getattr(config, "kotune_thresholds", None) else {}
+    max_length = int(min(tokenizer.model_max_length, config.max_position_embeddings))
+    meta = {"task": task.name, "labels": labels, "max_length": max_length,
+            "token_type_ids": "token_type_ids" in tokenizer.model_input_names, "task_options": options}
+    model = NativeModel(path, task.head, meta)
+    task = task_for_checkpoint(task, meta | {"head": task.head}, path)
+    servable(task)
+    predictor = Predictor.__new__(Predictor)  # serving's predictor, over a model it did not build
+    predictor.b = Built(task, {}, tokenizer, model, {}, max_length)
+    predictor.b.settings = EncodeSettings(max_length=max_length, token_type_ids=meta["token_type_ids"])
+    predictor.runtime = model.runtime
+    predictor.batches = BatchPredictor(model, int(cfg.train.eval_batch_size), make_collator(tokenizer, cfg))
+    return predictor
