@@ -1,5 +1,6 @@
-"""The ``kotune`` console command (pyproject's [project.scripts]) is ``python run.py``: the same
-arguments give the same config, it runs a job, and it sets OMP_WAIT_POLICY before torch loads."""
+"""The ``kotune`` console command (pyproject's [project.scripts], kotune/console.py) is ``python run.py``:
+the same arguments give the same config, it runs a job, and it sets OMP_WAIT_POLICY before torch
+loads; ``kotune report DIR`` is ``python report.py DIR``."""
 from __future__ import annotations
 
 import json
@@ -29,9 +30,9 @@ def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
     return dict(env, KOTUNE_CACHE=str(tmp_path / "cache"), KOTUNE_PROGRESS="0", **extra)
 
 
-def test_the_entry_point_is_run_main():
+def test_the_entry_point_is_a_package_function():
     (entry,) = [e for e in metadata.entry_points(group="console_scripts") if e.name == "kotune"]
-    assert entry.value == "run:main"
+    assert entry.value == "kotune.console:main"
 
 
 def test_kotune_and_python_run_py_compose_the_same_config(tmp_path):
@@ -79,3 +80,24 @@ def test_the_entry_point_sets_omp_wait_policy_before_torch_loads(tmp_path, given
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"OMP_WAIT_POLICY at torch import: {seen}" in proc.stdout.splitlines()
+
+
+def test_kotune_report_is_python_report_py(tmp_path):
+    """``kotune report DIR`` dispatches before Hydra and writes what ``python report.py DIR`` writes."""
+    run = tmp_path / "runs" / "nli_klue" / "results.json"
+    run.parent.mkdir(parents=True)
+    run.write_text(json.dumps({"task": "nli", "model": "klue", "mode": "finetune", "action": "train", "seed": 1,
+                               "status": "ok", "main_metric": "accuracy", "metrics": {"accuracy": 81.5},
+                               "config_hash": "h1", "config": {"train": {"seed": 1}}}))
+    env = environment(tmp_path)
+    outs = {}
+    for name, cmd in (("kotune", [str(console_script()), "report"]), ("script", [sys.executable, str(ROOT / "report.py")])):
+        proc = subprocess.run(cmd + [str(tmp_path / "runs"), "--out", str(tmp_path / name)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs[name] = (tmp_path / name / "leaderboard.md").read_text(encoding="utf-8")
+    assert "81.50 (1)" in outs["kotune"] and outs["kotune"] == outs["script"]
+    assert not (tmp_path / "outputs").exists()  # no Hydra run: nothing read "report" as an override
+    bad = subprocess.run([str(console_script()), "report", str(tmp_path / "missing")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "is not a directory" in bad.stderr

@@ -2,10 +2,13 @@
 
 pip takes pre-releases for a whole dependency tree as soon as one specifier names one (the Optuna
 sweeper's ``hydra-core>=1.1.0.dev7`` let it pick hydra-core 1.4.0rc3, where every search crashed).
-This walks kotune's installed requirements, recursively, and fails on any pre-release version."""
+This walks kotune's installed requirements, recursively, and fails on any pre-release version. And the
+install holds packages only: run.py and report.py are the repository's scripts, not top-level modules."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from importlib import metadata
 
 import pytest
@@ -64,3 +67,16 @@ def test_the_sweeper_stack_is_the_tested_one():
     assert Version(found["omegaconf"]).release[:2] == (2, 3)
     assert 4 <= Version(found["optuna"]).major < 6 and Version(found["sqlalchemy"]).major >= 2
     assert "hydra-optuna-sweeper" not in found
+
+
+def test_run_and_report_are_not_installed_as_top_level_modules(tmp_path):
+    """Outside the repository ``import run`` / ``import report`` find nothing (pyproject has no
+    py-modules); the package's kotune.console and kotune.reporting are what the console command runs."""
+    try:
+        metadata.distribution("kotune")
+    except metadata.PackageNotFoundError:
+        pytest.skip("kotune is not installed")
+    probe = "import importlib.util as u; print([m for m in ('run', 'report', 'kotune.console', 'kotune.reporting') if u.find_spec(m)])"
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "['kotune.console', 'kotune.reporting']"
