@@ -206,11 +206,12 @@ def check_head(spec: dict, where: str, registry: bool) -> None:
     kwargs = spec.get("head_kwargs") or {}
     accepted = None
     if registry:
-        from heads.registry import HEADS
+        from heads.registry import HEADS, aliases
 
-        if spec["head"] not in HEADS:
+        kind = spec["head"] if spec["head"] in HEADS else aliases().get(spec["head"], (None,))[0]
+        if kind is None:
             raise ArtifactError(f"{where}: head={shown(spec['head'])} is not a head kind (known: {', '.join(HEADS)})")
-        accepted = inspect.signature(HEADS[spec["head"]]).parameters
+        accepted = inspect.signature(HEADS.get(kind)).parameters
     for key, value in kwargs.items():
         if not name(key) or (accepted is not None and key not in accepted) or key in ("hidden_size", "init_std"):
             raise ArtifactError(f"{where}: head_kwargs.{shown(key)[1:-1]} is not an argument of the "

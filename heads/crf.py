@@ -1,4 +1,4 @@
-"""Token tagging heads with a linear-chain CRF on top (``task.crf=true``): pytorch-crf's ``CRF``
+"""The linear-chain CRF of the token head's ``crf=True`` option (``task.crf=true``): pytorch-crf's ``CRF``
 (``torchcrf``) scores whole tag sequences — the training loss is its negative log-likelihood,
 summed over sentences and divided by the label slots as the cross-entropy of a plain tagging head
 is (``heads/loss.py``: the slots of the whole optimizer step under ``train.grad_accum``), and
@@ -22,8 +22,7 @@ from torch import nn
 from torch.func import functional_call
 from torchcrf import CRF
 
-from heads.token import CharTokenHead, TokenHead
-from tasks.base import IGNORE, LABEL_FIELDS
+from tasks.base import IGNORE
 
 FORBIDDEN = -1e4  # exp(-1e4) is 0 in float32: a path through a forbidden move has no probability
 
@@ -99,45 +98,3 @@ class ChainCRF(nn.Module):
             out[b, where] = 0.0
             out[b, where, torch.tensor(path, device=out.device)] = 1.0
         return out
-
-
-class _CrfTagging:
-    """The CRF on top of a tagging head's emissions (mixed into TokenHead and CharTokenHead)."""
-
-    crf: ChainCRF
-
-    def forward(self, hidden_states, attention_mask, label_slots=None, **inputs):
-        emissions = super().forward(hidden_states, attention_mask, **inputs)
-        if self.training or label_slots is None:
-            return emissions
-        return self.crf.viterbi(emissions, label_slots == 1), emissions
-
-    def weighting(self) -> str | None:  # train.class_weights: no cross-entropy here to weight
-        return "its loss is the CRF's likelihood of whole tag sequences, not a cross-entropy per tag"
-
-    def loss_sums(self, logits, labels: torch.Tensor) -> list[torch.Tensor]:
-        """One term, counted as the plain head's is (its labelled slots: ``loss_counts``)."""
-        return [self.crf.nll(logits[1] if isinstance(logits, tuple) else logits, labels)]
-
-
-class CrfTokenHead(_CrfTagging, TokenHead):
-    """TokenHead's emissions (a tag score per subword) decoded by a CRF."""
-
-    label_fields = LABEL_FIELDS["token_crf"]
-
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, init_std: float = 0.02,
-                 crf_constraints: dict | None = None):
-        super().__init__(hidden_size, num_labels, dropout=dropout, init_std=init_std)
-        self.crf = ChainCRF(num_labels, crf_constraints)
-
-
-class CrfCharTokenHead(_CrfTagging, CharTokenHead):
-    """CharTokenHead's emissions (a tag score per character) decoded by a CRF."""
-
-    label_fields = LABEL_FIELDS["token_char_crf"]
-
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, max_char_positions: int = 16,
-                 init_std: float = 0.02, crf_constraints: dict | None = None):
-        super().__init__(hidden_size, num_labels, dropout=dropout, max_char_positions=max_char_positions,
-                         init_std=init_std)
-        self.crf = ChainCRF(num_labels, crf_constraints)

@@ -36,7 +36,8 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from heads.loss import CountedLoss, cross_entropy_sum, labelled
-from tasks.base import IGNORE, LABEL_FIELDS
+from kotune.core.registry import register_head
+from tasks.base import IGNORE
 from tasks.dp import BIAFFINE_INITS, WORD_POOLINGS
 
 REFERENCE_DROPOUT = 0.33  # KLUE-baseline's dropout on POS embeddings and LSTM outputs
@@ -73,8 +74,13 @@ class WordLSTM(nn.Module):
         return self.dropout(x.transpose(1, 2)).transpose(1, 2)
 
 
+@register_head("dependency")
 class DependencyHead(CountedLoss):
-    label_fields = LABEL_FIELDS["dependency"]
+    label_fields = ("heads", "deprels")
+
+    @property
+    def extra_inputs(self) -> tuple[str, ...]:
+        return ("token_word",) + (("pos_ids",) if self.pos_embedding is not None else ())
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, word_pooling: str = "first",
                  arc_dim: int = 512, label_dim: int = 128, num_pos: int = 0, pos_dim: int = 0,

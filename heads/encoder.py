@@ -193,11 +193,12 @@ def build_config(model_cfg: DictConfig, vocab_size: int | None):
 def load_encoder(model_cfg: DictConfig, vocab_size: int | None, seed: int,
                  head_kind: str | None = None) -> torch.nn.Module:
     """``AutoModel`` without any task head. A pretrained BERT's pooler is kept only for a
-    ``head_kind`` whose native head is that pooler (sequence, pair: KotuneModel moves it into the
-    head)."""
+    ``head_kind`` whose native head is that pooler (``Head.takes_pooler``: the sequence head; KotuneModel
+    moves it into the head)."""
     from transformers import AutoModel
 
     from heads.native import takes_pooler
+    from heads.registry import HEADS, resolve
 
     init = model_cfg.get("init", "pretrained")
     if init not in ("pretrained", "random"):
@@ -205,7 +206,7 @@ def load_encoder(model_cfg: DictConfig, vocab_size: int | None, seed: int,
     config = build_config(model_cfg, vocab_size)
     # a random pooler is just a fresh head layer: the head inits its own, so one seed gives one
     # encoder whatever the head (a pooler built here would shift the encoder's random init)
-    keep_pooler = init == "pretrained" and head_kind is not None and takes_pooler(config, head_kind)
+    keep_pooler = init == "pretrained" and head_kind is not None and takes_pooler(config, HEADS.get(resolve(head_kind, {})[0]))
     extra = {} if keep_pooler else no_pooler(config)
     if model_cfg.get("attn_implementation"):
         config._attn_implementation = model_cfg.attn_implementation

@@ -19,6 +19,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
+from heads.base import NativeHead
 from heads.native import head_style
 from tasks import TASKS
 from kotune.core.atomic_dir import written_whole
@@ -26,28 +27,21 @@ from kotune.core.errors import ConfigError
 from kotune.core.log import warn
 
 CLASS_PREFIX = {"bert": "Bert", "roberta": "Roberta", "electra": "Electra"}
-SUFFIX = {"sequence": "ForSequenceClassification", "pair": "ForSequenceClassification",
-          "token": "ForTokenClassification", "span": "ForQuestionAnswering"}
-PIPELINE = {"sequence": "text-classification", "pair": "text-classification",
-            "token": "token-classification",
-            "span": None}  # transformers 5 removed the question-answering pipeline: AutoModelForQuestionAnswering
-WHY_NOT = {"token_char": "it tags characters, not tokens (task.decode=char); a token classifier "
-                        "cannot express a boundary inside a token",
-           "span_char": "its answer edges are characters inside tokens (task.decode=char); "
-                        "a QA model's edges are tokens",
-           "token_crf": "a CRF (task.crf=true) decodes its tags with learned transition scores over the whole "
-                        "sentence; a token classifier tags each token on its own",
-           "token_char_crf": "it tags characters (task.decode=char) with a CRF (task.crf=true); a token "
-                             "classifier tags each token on its own"}
+
+
+def native_head(model) -> NativeHead:
+    """The head's native twin (``Head.native_export``), or a one-line refusal."""
+    reason = refusal(model)
+    if reason:
+        raise ConfigError(f"cannot export: {reason}")
+    return model.head.native_export()
 
 
 def refusal(model) -> str | None:
     """Why ``model`` has no exact native equivalent, or None when it has one."""
-    kind, config = model.head_kind, model.encoder.config
-    if kind in WHY_NOT:
-        return f"the {kind} head has no native transformers class: {WHY_NOT[kind]}"
-    if kind not in SUFFIX:
-        return f"the {kind} head has no native transformers class"
+    config, native = model.encoder.config, model.head.native_export()
+    if not isinstance(native, NativeHead):
+        return f"the {model.head.describe()} head has no native transformers class" + (f": {native}" if native else "")
     if config.model_type not in CLASS_PREFIX:
         return (f"encoder type '{config.model_type}' is not one of {', '.join(CLASS_PREFIX)}, whose native "
                 "heads kotune reproduces")
@@ -65,10 +59,7 @@ def refusal(model) -> str | None:
 
 
 def native_class_name(model) -> str:
-    reason = refusal(model)
-    if reason:
-        raise ConfigError(f"cannot export: {reason}")
-    return CLASS_PREFIX[model.encoder.config.model_type] + SUFFIX[model.head_kind]
+    return CLASS_PREFIX[model.encoder.config.model_type] + native_head(model).suffix
 
 
 def native_class(model):
@@ -79,15 +70,7 @@ def native_class(model):
 
 def head_key_map(model) -> dict[str, str]:
     """kotune head parameter name → native parameter name."""
-    kind, style = model.head_kind, head_style(model.encoder.config)
-    if kind in ("sequence", "pair"):
-        if style == "bert":
-            names = {"dense": "bert.pooler.dense", "out": "classifier"}
-        else:
-            names = {"dense": "classifier.dense", "out": "classifier.out_proj"}
-    else:
-        names = {"out": "classifier" if kind == "token" else "qa_outputs"}
-    return {f"{k}.{p}": f"{v}.{p}" for k, v in names.items() for p in ("weight", "bias")}
+    return native_head(model).key_map(head_style(model.encoder.config))
 
 
 def native_state_dict(model) -> dict[str, torch.Tensor]:
@@ -104,21 +87,12 @@ def native_state_dict(model) -> dict[str, torch.Tensor]:
 
 
 def native_config(model, labels: list[str] | None = None):
-    """The encoder's config with the head's label count, label names and dropout."""
+    """The encoder's config with the head's label count, label names and dropout (``Head.native_config``)."""
     import copy
 
     config = copy.deepcopy(model.encoder.config)
-    kind = model.head_kind
-    num_labels = 2 if kind == "span" else int(model.head_kwargs.get("num_labels", 1))
-    config.num_labels = num_labels
-    if kind in ("sequence", "pair", "token"):
-        config.classifier_dropout = float(model.head_kwargs.get("dropout", config.hidden_dropout_prob))
-    if kind in ("sequence", "pair") and model.head_kwargs.get("multi_label"):
-        # a sigmoid per label: the pipeline's default function, and BCE as the native loss
-        config.problem_type = "multi_label_classification"
-    elif kind in ("sequence", "pair") and num_labels == 1:
-        config.problem_type = "regression"  # the pipeline then returns the raw score, no sigmoid
-    if labels and kind != "span" and len(labels) == num_labels:
+    model.head.native_config(config, model.head_kwargs)
+    if labels and model.head.label_fields == ("labels",) and len(labels) == config.num_labels:
         config.id2label = {i: str(name) for i, name in enumerate(labels)}
         config.label2id = {str(name): i for i, name in enumerate(labels)}
     config.architectures = [native_class_name(model)]
@@ -191,7 +165,7 @@ def load_native(model_dir: str) -> "Native":
 
 
 def export_summary(n: "Native", out_dir: str) -> dict:
-    return {"export_dir": out_dir, "native_class": type(n.native).__name__, "pipeline": PIPELINE[n.model.head_kind],
+    return {"export_dir": out_dir, "native_class": type(n.native).__name__, "pipeline": n.model.head.native_export().pipeline,
             "num_labels": n.native.config.num_labels, "problem_type": n.native.config.problem_type,
             "input_note": n.note, "lora_merged": n.lora_merged}
 

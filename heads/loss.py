@@ -12,9 +12,9 @@ its number of items (the mean of micro-batch means is not the batch mean)."""
 from __future__ import annotations
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
+from heads.base import Head
 from tasks.base import IGNORE
 
 
@@ -42,11 +42,9 @@ def mean_of_terms(sums: list[torch.Tensor], counts) -> torch.Tensor:
     return sum(s / counts[t].to(s.device, s.dtype).masked_fill(counts[t] == 0, 1) for t, s in enumerate(sums))
 
 
-class CountedLoss(nn.Module):
+class CountedLoss(Head):
     """A head whose loss is ``mean_of_terms(loss_sums(logits, **labels), loss_counts(**labels))``;
     the labels are the batch fields ``label_fields`` names, in that order."""
-
-    label_fields: tuple[str, ...] = ()
 
     def loss_sums(self, logits, **labels) -> list[torch.Tensor]:
         raise NotImplementedError

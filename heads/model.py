@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from heads.registry import HEADS
+from heads.registry import HEADS, resolve
 from heads.layers import LayerMixer, check_pooling, parse_layers
 from heads.loss import mean_of_terms
 from heads.native import default_dropout, head_style, takes_pooler
@@ -48,12 +48,12 @@ class KotuneModel(nn.Module):
                  pooler_state: dict | None = None, lora: dict | None = None):
         super().__init__()
         self.pooler_state = pooler_state  # the encoder's pooler weights, once taken out of it (_native_head)
-        if head_kind not in HEADS:
-            raise ConfigError(f"unknown head '{head_kind}' (choices: {', '.join(sorted(HEADS))})")
+        head_kind, head_kwargs = resolve(head_kind, head_kwargs)  # a kind of older kotune: a head with options
+        HEADS.get(head_kind)  # an unknown kind: one line with the choices
         self.encoder = encoder
         self.head_kind, self.head_kwargs = head_kind, dict(head_kwargs)
         if check_pooling(pooling) is not None:
-            if "pooling" not in inspect.signature(HEADS[head_kind]).parameters:
+            if "pooling" not in inspect.signature(HEADS.get(head_kind)).parameters:
                 raise ConfigError(f"mode.pooling={pooling} does not fit the {head_kind} head: it reads "
                                   "every token and pools nothing (leave mode.pooling unset)")
             self.head_kwargs["pooling"] = pooling
@@ -74,9 +74,9 @@ class KotuneModel(nn.Module):
         concatenated layers; any pooler then leaves the encoder (the head pools, and unused
         parameters would break DDP), its weights kept in ``pooler_state`` for :meth:`with_layers`."""
         config = encoder.config
-        head_class = HEADS[head_kind]
+        head_class = HEADS.get(head_kind)
         accepted = inspect.signature(head_class).parameters
-        self.head_kwargs["dropout"] = default_dropout(config, head_kind, self.head_kwargs.get("dropout"))
+        self.head_kwargs["dropout"] = default_dropout(config, head_class, self.head_kwargs.get("dropout"))
         if "architecture" in accepted:
             self.head_kwargs.setdefault("architecture", head_style(config))
         native_init = {"init_std": float(getattr(config, "initializer_range", None) or 0.02)} \
@@ -86,7 +86,7 @@ class KotuneModel(nn.Module):
         if pooler is not None:
             self.pooler_state = pooler.dense.state_dict() if hasattr(pooler, "dense") else None
             encoder.pooler = None
-        if (self.pooler_state is not None and takes_pooler(config, head_kind) and self.mixer.spec.width == 1
+        if (self.pooler_state is not None and takes_pooler(config, head_class) and self.mixer.spec.width == 1
                 and self.head_kwargs.get("architecture") == "bert"):
             head.dense.load_state_dict(self.pooler_state)
         return head
@@ -103,6 +103,10 @@ class KotuneModel(nn.Module):
             self.encoder, settings["target_modules"] = add_lora(self.encoder, settings, settings.get("token_rows") or [])
         settings["vocab_size"] = int(self.encoder.config.vocab_size)  # with the rows a task added
         return settings
+
+    def head_description(self) -> str:
+        """The head kind with its options: ``token (crf=true)``."""
+        return self.head.describe()
 
     @property
     def mode(self) -> str:
@@ -199,7 +203,7 @@ class KotuneModel(nn.Module):
         from heads.loss import WeightedCrossEntropy
 
         if not isinstance(self.head, WeightedCrossEntropy):
-            return f"the {self.head_kind} head's loss has no class weights (the sequence, pair and token heads' do)"
+            return f"the {self.head_kind} head's loss has no class weights (the sequence and token heads' do)"
         why = self.head.weighting()
         return f"the {self.head_kind} head cannot weight classes: {why}" if why else None
 
@@ -282,7 +286,7 @@ class KotuneModel(nn.Module):
             encoder_dir = os.path.join(directory, "encoder")
             encoder = AutoModel.from_pretrained(encoder_dir, **no_pooler(AutoConfig.from_pretrained(encoder_dir)))
         head_kwargs = dict(spec["head_kwargs"])
-        if spec.get("format", 1) < 2 and spec["head"] in ("sequence", "pair"):
+        if spec.get("format", 1) < 2 and resolve(spec["head"], {})[0] == "sequence":
             head_kwargs["architecture"] = "roberta"  # format 1: dropout → dense → tanh → dropout → out
         model = cls(encoder, spec["head"], head_kwargs, frozen=spec["frozen"], meta=spec["meta"],
                     layers=spec.get("layers", "last"), lora=spec.get("lora"))

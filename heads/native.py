@@ -16,23 +16,24 @@ from torch import nn
 # model_type → the head style of its architecture; other types get RoBERTa's (a fresh dense + tanh)
 STYLES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
           "electra": "electra"}
-SPAN_HEADS = ("span", "span_char")  # QA output layers have no dropout in any of the three
 
 
 def head_style(config) -> str:
     return STYLES.get(config.model_type, "roberta")
 
 
-def takes_pooler(config, head_kind: str) -> bool:
+def takes_pooler(config, head_class) -> bool:
     """BERT's sequence-classification head *is* its pretrained pooler (next-sentence prediction)."""
-    return head_style(config) == "bert" and head_kind in ("sequence", "pair")
+    return head_style(config) == "bert" and bool(getattr(head_class, "takes_pooler", False))
 
 
-def default_dropout(config, head_kind: str, explicit: float | None = None) -> float:
+def default_dropout(config, head_class, explicit: float | None = None) -> float:
+    """``train.head_dropout`` when set, else the native twin's (``Head.native_dropout``: QA's none),
+    else the encoder config's classifier / hidden dropout."""
     if explicit is not None:
         return float(explicit)
-    if head_kind in SPAN_HEADS:
-        return 0.0
+    if getattr(head_class, "native_dropout", None) is not None:
+        return float(head_class.native_dropout)
     value = getattr(config, "classifier_dropout", None)
     return float(value if value is not None else getattr(config, "hidden_dropout_prob", 0.1))
 

@@ -32,7 +32,6 @@ FP32_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
 QUANTIZE = (None, "int8")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-OUTPUTS = {"sequence": ("logits",), "pair": ("logits",), "token": ("logits",), "span": ("start_logits", "end_logits")}
 ONNX_LIMIT = 2 * 1024 ** 3  # protobuf's 2 GB: larger models keep their weights in an external file
 
 
@@ -109,7 +108,7 @@ def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = N
                           "whose logits kotune combines outside the native class; export.format=native writes it "
                           "with that recipe")
     inputs = tuple(n for n in MODEL_INPUTS if n != "token_type_ids" or model.meta.get("token_type_ids", True))
-    outputs = OUTPUTS[model.head_kind]
+    outputs = model.head.onnx_outputs
     with written_whole(out_dir, "onnx-export") as staging:
         native.config.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
@@ -151,7 +150,10 @@ class OnnxModel:
         check_files(directory, directory)
         # exported with a manifest (kotune_export.json says so): every file as it was written
         verify_manifest(directory, bool(spec.get("manifest")), "export it again (action=export)")
-        self.spec, self.head_kind, self.meta = spec, spec["head"], spec["meta"]
+        from heads.registry import resolve
+
+        self.spec, self.meta = spec, spec["meta"]
+        self.head_kind = resolve(spec["head"], {})[0]  # only heads without options export (pair: sequence)
         self.file = str(file or spec["model_file"])
         path = os.path.join(directory, self.file)
         # a model file of this export: listed in its spec (and manifest), not one an earlier export left
@@ -172,8 +174,11 @@ class OnnxModel:
         return out if len(out) > 1 else out[0]
 
     def report(self) -> dict:
-        return {"layers": "last", "pooling": "cls" if self.head_kind in ("sequence", "pair") else None,
+        return {"layers": "last", "pooling": "cls" if self.head_kind == "sequence" else None,
                 "onnx_file": self.file}
+
+    def head_description(self) -> str:
+        return self.head_kind  # an export's head has no options (heads/export.py refuses those that do)
 
     def describe(self) -> str:
         return f"onnxruntime: {self.file} ({self.threads} threads)"

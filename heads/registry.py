@@ -1,21 +1,35 @@
-"""The head registry: kind → ``nn.Module`` class (heads/__init__.py says what a head is)."""
+"""The head registry (kotune.core.registry.HEADS), filled by importing kotune's own heads; kept apart
+from heads/__init__.py so that reading a checkpoint's JSON (heads/artifact.py) does not load torch.
+
+Kinds written by older kotune (``pair``, ``token_char``, ``token_crf``, ``token_char_crf``,
+``span_char``) are a head with options now: :func:`resolve` maps them (each head's ``aliases``), so
+checkpoints saved before still load.
+"""
 from __future__ import annotations
 
-from torch import nn
+import heads.dependency  # noqa: F401  (each module registers its head: kotune.register_head)
+import heads.relation  # noqa: F401
+import heads.sequence  # noqa: F401
+import heads.span  # noqa: F401
+import heads.token  # noqa: F401
+from heads.base import Head
+from kotune.core.registry import HEADS
 
-from heads.crf import CrfCharTokenHead, CrfTokenHead
-from heads.dependency import DependencyHead
-from heads.relation import RelationHead
-from heads.sequence import SequenceHead
-from heads.span import CharSpanHead, SpanHead
-from heads.token import CharTokenHead, TokenHead
+__all__ = ["HEADS", "head_class", "resolve"]
 
-HEADS: dict[str, type[nn.Module]] = {
-    "sequence": SequenceHead,
-    "pair": SequenceHead,  # a pair is encoded as one sequence: [CLS] a [SEP] b [SEP]
-    "token": TokenHead, "token_char": CharTokenHead,  # a tag per subword / per character (NER)
-    "token_crf": CrfTokenHead, "token_char_crf": CrfCharTokenHead,  # the same, decoded by a CRF (task.crf)
-    "span": SpanHead, "span_char": CharSpanHead,  # answer start/end per token / per character (QA)
-    "relation": RelationHead,  # the two entity-start states (KLUE RE)
-    "dependency": DependencyHead,  # biaffine arcs and labels over word states (KLUE DP)
-}
+
+def aliases() -> dict[str, tuple[str, dict]]:
+    """Old kind → (registered kind, the options it stands for), from every registered head."""
+    return {old: (name, dict(options)) for name, cls in HEADS.items() for old, options in cls.aliases.items()}
+
+
+def resolve(kind: str, kwargs: dict) -> tuple[str, dict]:
+    """A saved ``(head kind, head arguments)`` as today's: an alias becomes its head with its options."""
+    if kind not in HEADS and kind in aliases():
+        name, options = aliases()[kind]
+        return name, {**kwargs, **options}
+    return kind, dict(kwargs)
+
+
+def head_class(kind: str) -> type[Head]:
+    return HEADS.get(kind)  # type: ignore[return-value]

@@ -8,13 +8,14 @@ import torch
 from torch import nn
 
 from heads.loss import LabelledCrossEntropy
-from tasks.base import LABEL_FIELDS
+from kotune.core.registry import register_head
 
 
+@register_head("relation")
 class RelationHead(LabelledCrossEntropy):
     """[subject-start state; object-start state] → dropout → dense → tanh → dropout → out."""
 
-    label_fields = LABEL_FIELDS["relation"]
+    extra_inputs = ("subject_start", "object_start")
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
         super().__init__()

@@ -7,14 +7,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from heads.base import NativeHead
 from heads.layers import check_pooling, pool
 from heads.loss import WeightedCrossEntropy
 from heads.native import init_new_layers
-from tasks.base import LABEL_FIELDS
+from kotune.core.registry import register_head
 
 SEQUENCE_STYLES = ("bert", "roberta", "electra")
 
 
+@register_head("sequence")
 class SequenceHead(WeightedCrossEntropy):
     """Pooled state → the architecture's classifier:
 
@@ -30,7 +32,12 @@ class SequenceHead(WeightedCrossEntropy):
     cross-entropy per label on multi-hot float labels (``multi_label_classification``: the mean over
     rows × labels)."""
 
-    label_fields = LABEL_FIELDS["sequence"]
+    pipeline_tag = "text-classification"
+    takes_pooler = True
+    aliases = {"pair": {}}  # a pair is encoded as one sequence: [CLS] a [SEP] b [SEP] (kotune < 0.2 named it)
+    NATIVE = NativeHead("ForSequenceClassification", {"bert": {"dense": "bert.pooler.dense", "out": "classifier"},
+                                                      "*": {"dense": "classifier.dense", "out": "classifier.out_proj"}},
+                        pipeline="text-classification")
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, pooling: str = "cls",
                  architecture: str = "bert", init_std: float = 0.02, multi_label: bool = False,
@@ -73,6 +80,18 @@ class SequenceHead(WeightedCrossEntropy):
         if self.num_labels == 1:
             return torch.tensor([labels.numel()], device=labels.device)
         return super().loss_counts(labels)
+
+    def native_export(self) -> NativeHead:
+        return self.NATIVE
+
+    def native_config(self, config, kwargs: dict) -> None:
+        config.num_labels = int(kwargs.get("num_labels", 1))
+        config.classifier_dropout = float(kwargs.get("dropout", config.hidden_dropout_prob))
+        if kwargs.get("multi_label"):
+            # a sigmoid per label: the pipeline's default function, and BCE as the native loss
+            config.problem_type = "multi_label_classification"
+        elif config.num_labels == 1:
+            config.problem_type = "regression"  # the pipeline then returns the raw score, no sigmoid
 
     def weighting(self) -> str | None:
         if self.multi_label:

@@ -1,8 +1,9 @@
-"""Span heads for extractive QA: where does the answer start and end?
+"""The span head for extractive QA: where does the answer start and end?
 
-``span``: a start and an end logit per token (BERT's QA head). Answer edges are token edges.
+Per token (``units="token"``): a start and an end logit per token (BERT's QA head). Answer edges
+are token edges.
 
-``span_char``: answer edges are *characters*. A WordPiece vocabulary glues particles to nouns
+Per character (``units="char"``, ``task.decode=char``): answer edges are *characters*. A WordPiece vocabulary glues particles to nouns
 (``임수`` ``##경은``): no token span spells ``임수경``. Each candidate edge character scores
 
     token logit of its token  +  offset logit of (its token's state, its position in the token)
@@ -20,11 +21,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from heads.base import NativeHead
 from heads.loss import CountedLoss, cross_entropy_sum, labelled
 from heads.native import init_new_layers
-from tasks.base import LABEL_FIELDS
+from kotune.core.errors import ConfigError
+from kotune.core.registry import register_head
 
 MASKED = -1.0e4  # a logit no real position reaches; finite, so fp16/bf16 stay finite
+CHAR_INPUTS = ("char_token_index", "char_in_token")
 
 
 class SpanLoss(CountedLoss):
@@ -39,44 +43,72 @@ class SpanLoss(CountedLoss):
         return torch.stack([labelled(start_positions), labelled(end_positions)])
 
 
+@register_head("span")
 class SpanHead(SpanLoss):
-    """Token states → (start logits, end logits) over the window's tokens: the ``qa_outputs`` of
-    ``*ForQuestionAnswering`` (which has no dropout: ``dropout`` is 0 unless train.head_dropout
-    sets it). Padding gets a logit no real token reaches."""
+    """Per token: token states → (start logits, end logits) over the window's tokens, the
+    ``qa_outputs`` of ``*ForQuestionAnswering`` (which has no dropout: ``dropout`` is 0 unless
+    train.head_dropout sets it). Padding gets a logit no real token reaches.
 
-    label_fields = LABEL_FIELDS["span"]
+    Per character (``units="char"``): token states + each character's place in its token → (start,
+    end) logits over the window's character slots (slot 0 = [CLS])."""
 
-    def __init__(self, hidden_size: int, dropout: float = 0.0, init_std: float = 0.02):
+    label_fields = ("start_positions", "end_positions")
+    pipeline_tag = "question-answering"
+    native_dropout = 0.0  # QA output layers have no dropout in any of the three architectures
+    aliases = {"span_char": {"units": "char"}}  # the kind of kotune < 0.2
+    # transformers 5 removed the question-answering pipeline: AutoModelForQuestionAnswering serves it
+    NATIVE = NativeHead("ForQuestionAnswering", {"*": {"out": "qa_outputs"}}, pipeline=None)
+
+    def __init__(self, hidden_size: int, dropout: float = 0.0, init_std: float = 0.02, units: str = "token",
+                 max_token_chars: int = 32):
         super().__init__()
+        if units not in ("token", "char"):
+            raise ConfigError(f"span head units must be token or char, got '{units}'")
+        self.units = units
         self.dropout = nn.Dropout(dropout)
-        self.out = nn.Linear(hidden_size, 2)
-        init_new_layers(self, init_std)
+        if units == "char":
+            self.max_token_chars = int(max_token_chars)
+            self.token = nn.Linear(hidden_size, 2)
+            self.offset = nn.Linear(hidden_size, 2 * self.max_token_chars)
+            init_new_layers(self, init_std)
+            # starts as plain token decoding: every character of a token gets its token's score
+            nn.init.zeros_(self.offset.weight)
+            nn.init.zeros_(self.offset.bias)
+        else:
+            self.out = nn.Linear(hidden_size, 2)
+            init_new_layers(self, init_std)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    @property
+    def extra_inputs(self) -> tuple[str, ...]:
+        return CHAR_INPUTS if self.units == "char" else ()
+
+    @property
+    def onnx_outputs(self) -> tuple[str, ...]:
+        return ("start_logits", "end_logits")
+
+    def options(self) -> dict:
+        return {"units": "char"} if self.units == "char" else {}
+
+    def native_export(self) -> NativeHead | str:
+        if self.units == "char":
+            return ("its answer edges are characters inside tokens (task.decode=char); a QA model's edges are "
+                    "tokens")
+        return self.NATIVE
+
+    def native_config(self, config, kwargs: dict) -> None:
+        config.num_labels = 2  # a start and an end logit
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor,
+                char_token_index: torch.Tensor | None = None, char_in_token: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.units == "char":
+            return self.char_forward(hidden_states, char_token_index, char_in_token)
         logits = self.out(self.dropout(hidden_states)).masked_fill(attention_mask.unsqueeze(-1) == 0, MASKED)
         start, end = logits.unbind(-1)
         return start.contiguous(), end.contiguous()
 
-
-class CharSpanHead(SpanLoss):
-    """Token states + each character's place in its token → (start, end) logits over the
-    window's character slots (slot 0 = [CLS])."""
-
-    label_fields = LABEL_FIELDS["span_char"]
-
-    def __init__(self, hidden_size: int, max_token_chars: int = 32, dropout: float = 0.0, init_std: float = 0.02):
-        super().__init__()
-        self.max_token_chars = int(max_token_chars)
-        self.dropout = nn.Dropout(dropout)
-        self.token = nn.Linear(hidden_size, 2)
-        self.offset = nn.Linear(hidden_size, 2 * self.max_token_chars)
-        init_new_layers(self, init_std)
-        # starts as plain token decoding: every character of a token gets its token's score
-        nn.init.zeros_(self.offset.weight)
-        nn.init.zeros_(self.offset.bias)
-
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, char_token_index: torch.Tensor,
-                char_in_token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def char_forward(self, hidden_states: torch.Tensor, char_token_index: torch.Tensor,
+                     char_in_token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b, t, _ = hidden_states.shape
         k = self.max_token_chars
         h = self.dropout(hidden_states)

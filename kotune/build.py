@@ -174,7 +174,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
         loaded = load_encoder_side(cfg, task, None, onnx=onnx)
         if getattr(loaded.model, "runtime", None) != "onnxruntime":  # an export is a plain native model
             check_checkpoint_mode(cfg, loaded.model, cfg.checkpoint, "train" in need)
-        task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_kind}, cfg.checkpoint)
+        task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_description()}, cfg.checkpoint)
         use_saved_columns(task, loaded.model.meta, cfg.checkpoint)
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
         model = loaded.model

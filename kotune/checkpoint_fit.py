@@ -52,12 +52,19 @@ def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
     (the saved value is used), a requested ``auto`` what it resolved to in training. Another task
     that fits (an NLI model on a text_pair file) is fine."""
     saved_head = meta.get("head")
-    if saved_head and saved_head != task.head:  # e.g. QA's task.decode=char needs the span_char head
+    if saved_head and saved_head != task.head_description():  # e.g. QA's task.decode=char: span (units=char)
         other = meta.get("task") not in (None, task.name)
         hint = (f"leave task= out to use the checkpoint's task={meta['task']}" if other
                 else "leave the task options out: the checkpoint's apply")
         raise ConfigError(f"task={task.name}: checkpoint {checkpoint} has a '{saved_head}' head, this task with "
-                          f"these options needs '{task.head}' ({hint})")
+                          f"these options needs '{task.head_description()}' ({hint})")
+    saved_pair = "text_pair" in (meta.get("columns") or {})  # checkpoints that record their columns
+    if meta.get("columns") is not None and saved_pair != task.pair:
+        other = meta.get("task") not in (None, task.name)
+        reads = {True: "text pairs", False: "single texts"}
+        raise ConfigError(f"task={task.name}: checkpoint {checkpoint} was trained on {reads[saved_pair]}, this task "
+                          f"reads {reads[task.pair]}" + (f" (leave task= out to use the checkpoint's task={meta['task']})"
+                                                         if other else ""))
     saved = meta.get("task_options") or {}
     changes = {}
     for option, policy in task.saved_options.items():

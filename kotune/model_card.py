@@ -14,8 +14,14 @@ from kotune.core.errors import ConfigError
 from tasks.io import hub_reachable
 from kotune.core.redact import mask_credentials
 
-PIPELINE_TAGS = {"sequence": "text-classification", "pair": "text-classification", "token": "token-classification",
-                 "span": "question-answering"}
+
+
+def pipeline_tag(head: str) -> str | None:
+    """The Hub's pipeline tag of a head kind (``Head.pipeline_tag``; an older kind through its alias)."""
+    from heads.registry import HEADS, resolve
+
+    kind = resolve(head, {})[0]
+    return HEADS.get(kind).pipeline_tag if kind in HEADS else None
 
 
 def training_results(checkpoint: str) -> tuple[dict | None, str | None]:
@@ -86,9 +92,9 @@ def card_text(export: dict, meta: dict, head: str, results: dict | None, command
     card = ModelCardData(
         language="ko", license=license_id, library_name="onnx" if onnx else "transformers",
         tags=["kotune", task, head, *(["onnx"] if onnx else []), *(["int8"] if export.get("model_file") == "model_int8.onnx" else [])],
-        base_model=base, datasets=datasets or None, metrics=sorted(metrics) or None, pipeline_tag=PIPELINE_TAGS.get(head),
+        base_model=base, datasets=datasets or None, metrics=sorted(metrics) or None, pipeline_tag=pipeline_tag(head),
         model_name=name, eval_results=[
-            EvalResult(task_type=PIPELINE_TAGS.get(head, "other"), dataset_type=str(dataset), dataset_name=str(dataset),
+            EvalResult(task_type=pipeline_tag(head) or "other", dataset_type=str(dataset), dataset_name=str(dataset),
                        dataset_split="validation", metric_type=k, metric_value=float(v))
             for k, v in sorted(metrics.items()) if isinstance(v, (int, float))] or None)
     labels = meta.get("labels") or []

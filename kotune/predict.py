@@ -139,7 +139,8 @@ def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: lis
     report = dict.fromkeys(REPORT_KEYS)
     report.update(
         {f"n_{'eval' if s == 'validation' else s}": len(d.examples) for s, d in b.splits.items()},
-        head=getattr(b.model, "head_kind", None) or b.task.head,  # token_crf: the CRF named in the closing table
+        # the kind and its options ("token (crf=true)": the CRF named in the closing table); an ONNX export's kind
+        head=b.model.head_description(),
         **b.model.report(), max_length=b.max_length, cache=b.cache_report or {"status": "off"},
         encode_s=b.cache_report.get("encode_s"), **speed, checkpoint=cfg.get("checkpoint"),
         class_weights=b.class_weights, decision=b.task.decision(),

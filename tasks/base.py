@@ -27,15 +27,6 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # Here, not in tasks/collate.py (torch): importing the tasks package does not load torch, so the command
 # line answers a config or data mistake without paying for it
 IGNORE = -100
-# The task↔head contract, defined once: the batch keys that carry each head kind's labels. Heads
-# read their ``label_fields`` from here, tasks encode these columns, and Trainer's ``label_names``
-# come from the head.
-LABEL_FIELDS: dict[str, tuple[str, ...]] = {
-    "sequence": ("labels",), "pair": ("labels",),
-    "token": ("labels",), "token_char": ("labels",), "token_crf": ("labels",), "token_char_crf": ("labels",),
-    "span": ("start_positions", "end_positions"), "span_char": ("start_positions", "end_positions"),
-    "relation": ("labels",), "dependency": ("heads", "deprels"),
-}
 # The one way to name a local file's columns, for every task: ``data.<role>_column`` replaces the
 # column ``task.columns.<role>`` names by default (KLUE's names for KLUE tasks, text/label for custom
 # files). A task whose column map has no such role refuses the setting rather than ignore it.
@@ -92,7 +83,11 @@ class EncodeSettings:
 class Task:
     """Base class; subclasses fill in reading, encoding, decoding and scoring."""
 
-    head: str = "sequence"
+    head: str = "sequence"  # the registered head kind (kotune.register_head); its options: head_kwargs()
+    # the label columns the task encodes: its head's ``label_fields`` (tests/test_contract.py checks
+    # the two agree, for every registered task and every head option it picks)
+    label_fields: tuple[str, ...] = ("labels",)
+    pair = False  # reads two texts (a ClassificationTask with a text_pair column)
     # task options a trained model depends on, saved with it and compared on reload (action=eval,
     # predict): "error" where another value gives a different model (refuse), "saved" where the
     # saved value is used with a warning (the model was trained to see that encoding), "auto" where
@@ -214,13 +209,30 @@ class Task:
         results.json; None when nothing does."""
         return None
 
-    @property
-    def label_fields(self) -> tuple[str, ...]:
-        return LABEL_FIELDS[self.head]
+    def outputs_from_predictions(self, values: list[Any], examples: list[dict], path: str) -> list[Any]:
+        """Another system's predicted values (action=score: one per gold example, read from ``path``) in
+        this task's decode() format, checked against the task: here a label of the task's label set."""
+        from tasks.outputs import check_labels
+
+        allowed = [str(x) for x in (self.labels or sorted({str(ex["label"]) for ex in examples}))]
+        outputs = [str(v) for v in values]
+        check_labels(outputs, allowed, path)
+        return outputs
 
     # ---- model side ----------------------------------------------------------------------
     def head_kwargs(self) -> dict:
         return {"num_labels": len(self.labels) if self.labels else 1}
+
+    def head_description(self) -> str:
+        """The head kind with the options this task's settings pick: ``token (crf=true)``."""
+        from kotune.core.registry import describe_head
+
+        return describe_head(self.head, self.head_options())
+
+    def head_options(self) -> dict:
+        """The head options this task's settings pick (``task.crf``: ``crf``; ``task.decode=char``:
+        ``units``), part of ``head_kwargs``; shown in results.json beside the head kind."""
+        return {}
 
     def encode(self, examples: list[dict], tokenizer, settings: EncodeSettings):
         raise NotImplementedError
@@ -281,7 +293,8 @@ class Task:
         return {k: v for k, v in cfg.items() if k not in ("main_metric", "greater_is_better", "recipe", "reference")}
 
     def describe(self) -> dict:
-        return {"name": self.name, "head": self.head, "labels": self.labels,
+        return {"name": self.name, "head": self.head, **({"head_options": self.head_options()} if self.head_options() else {}),
+                "labels": self.labels,
                 "main_metric": self.main_metric}
 
 

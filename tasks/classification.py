@@ -37,7 +37,7 @@ class ClassificationTask(Task):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.regression = bool(cfg.get("regression", False))
-        self.head = "pair" if cfg.columns.get("text_pair") else "sequence"
+        self.pair = bool(cfg.columns.get("text_pair"))  # two texts, encoded as one sequence: [CLS] a [SEP] b [SEP]
         self.windows = window_options(cfg)  # task.long_text=windows (tasks/windows.py), else None
 
     # ---- reading -------------------------------------------------------------------------
@@ -85,10 +85,10 @@ class ClassificationTask(Task):
     def _conventional_columns(self, path: str, records: list) -> None:
         """Text roles with neither a data.<role>_column nor their default column in the file:
         the conventional names (tasks/io.py), recorded in ``task.columns`` (saved with the model)."""
-        roles = ("text", "text_pair") if self.head == "pair" else ("text",)
+        roles = ("text", "text_pair") if self.pair else ("text",)
         if not records or self.explicit_columns & set(roles):
             return
-        known = KNOWN_PAIR_COLUMNS if self.head == "pair" else tuple((name,) for name in KNOWN_TEXT_COLUMNS)
+        known = KNOWN_PAIR_COLUMNS if self.pair else tuple((name,) for name in KNOWN_TEXT_COLUMNS)
         found = conventional_columns(path, column_names(records), tuple(self.cfg.columns[r] for r in roles), known,
                                      tuple(self.column_options[r] for r in roles))
         for role, name in zip(roles, found):
@@ -113,7 +113,7 @@ class ClassificationTask(Task):
 
     @property
     def request_fields(self) -> tuple[str, ...]:
-        return ("text", "text_pair") if self.head == "pair" else ("text",)
+        return ("text", "text_pair") if self.pair else ("text",)
 
     def request_examples(self, items: list[dict[str, str]], source: str = "request") -> list[dict]:
         return [{"id": f"item {i}", **{k: self._text(source, f"item {i}", item.get(k)) for k in self.request_fields}}
@@ -144,6 +144,19 @@ class ClassificationTask(Task):
                                          f"{', '.join(self.labels)})")
         return name
 
+    def outputs_from_predictions(self, values: list[Any], examples: list[dict], path: str) -> list[Any]:
+        if not self.regression:
+            return super().outputs_from_predictions(values, examples, path)
+        outputs = []
+        for v, ex in zip(values, examples):
+            try:
+                outputs.append(float(v))
+            except (TypeError, ValueError):
+                raise DataError(path, None, f"id {ex['id']!r}: prediction {v!r} is not a number") from None
+            if not math.isfinite(outputs[-1]):
+                raise DataError(path, None, f"id {ex['id']!r}: prediction {v!r} is not finite")
+        return outputs
+
     def fit_labels(self, train: list[dict]) -> None:
         if self.labels is None and not self.regression:
             self.labels = sorted({ex["label"] for ex in train if "label" in ex})
@@ -169,13 +182,13 @@ class ClassificationTask(Task):
         import datasets
 
         columns = {"text": [ex["text"] for ex in examples]}
-        if self.head == "pair":
+        if self.pair:
             columns["text_pair"] = [ex["text_pair"] for ex in examples]
         if all("label" in ex for ex in examples):
             columns["labels"] = self.label_values(examples)
         if self.windows is not None:  # a row per document, its input a list of windows
             labels = {"labels": columns["labels"]} if "labels" in columns else {}
-            return datasets.Dataset.from_dict({**encode_windows(tokenizer, examples, self.head == "pair",
+            return datasets.Dataset.from_dict({**encode_windows(tokenizer, examples, self.pair,
                                                                 settings.max_length, self.windows,
                                                                 settings.token_type_ids), **labels})
         raw = datasets.Dataset.from_dict(columns)

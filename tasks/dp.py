@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -86,6 +86,7 @@ class DependencyTask(Task):
     """KLUE DP (``task=dp``)."""
 
     head = "dependency"
+    label_fields = ("heads", "deprels")
     # which subword states make a word's state, whether POS ids are model inputs, the word LSTM
     saved_options = {"word_pooling": "error", "pos": "error", "lstm": "error"}
 
@@ -206,6 +207,14 @@ class DependencyTask(Task):
         return (" ".join(ex["words"]) for ex in examples)
 
     # ---- encoding ------------------------------------------------------------------------
+    def outputs_from_predictions(self, values: list, examples: list[dict], path: str) -> list[dict]:
+        """A head (word number, 0 = root) and a relation per word."""
+        from tasks.outputs import check_labels
+
+        outputs = [dependency_output(v, ex, path) for v, ex in zip(values, examples)]
+        check_labels([d for out in outputs for d in out["deprels"]], list(self.labels), path, "relation")
+        return outputs
+
     def head_kwargs(self) -> dict:
         return {"num_labels": len(self.labels), "word_pooling": self.word_pooling,
                 "arc_dim": int(self.cfg.get("arc_dim", 512)), "label_dim": int(self.cfg.get("label_dim", 128)),
@@ -329,3 +338,27 @@ class DependencyTask(Task):
                  f"{unexpressible} more have a gold head without one"]
         return self.score(outputs, examples), {"words": n_words, "without_state": fallback_used,
                                                "head_without_state": unexpressible, "lines": lines}
+
+
+def dependency_output(value: Any, ex: dict, path: str) -> dict:
+    """``{"heads": [...], "deprels": [...]}`` (or its JSON text) → the DP decode() output, checked."""
+    from tasks.outputs import parse_tags
+
+    if isinstance(value, str) and value.strip().startswith("{"):
+        import json
+
+        value = json.loads(value)
+    if not isinstance(value, dict) or not {"heads", "deprels"} <= set(value):
+        raise DataError(path, None, f"id {ex['id']!r}: a DP prediction needs heads and deprels (columns "
+                                    "'heads' and 'deprels', as kotune's predictions.jsonl), got "
+                                    f"{str(value)[:60]!r}")
+    heads, deprels = parse_tags(value["heads"]), parse_tags(value["deprels"])
+    n = len(ex["words"])
+    if len(heads) != n or len(deprels) != n:
+        raise DataError(path, None, f"id {ex['id']!r}: {len(heads)} heads and {len(deprels)} deprels for {n} words")
+    if not all(h.isdigit() and int(h) <= n for h in heads):
+        raise DataError(path, None, f"id {ex['id']!r}: heads {heads} are not word numbers 0..{n}")
+    truncated = value.get("truncated_words") or 0
+    if not (isinstance(truncated, int) and 0 <= truncated <= n):
+        raise DataError(path, None, f"id {ex['id']!r}: truncated_words {truncated!r} is not a word count 0..{n}")
+    return {"heads": [int(h) for h in heads], "deprels": deprels, "truncated_words": truncated}

@@ -32,7 +32,7 @@ from kotune.core.errors import ConfigError, DataError
 from tasks.io import field
 from tasks.metric_sets import multi_label_scores
 from kotune.core.log import log, warn
-from tasks.score import probability_row
+from tasks.outputs import probability_row
 
 TUNE = "tune"
 DEFAULT_THRESHOLD = 0.5
@@ -254,6 +254,10 @@ class MultiLabelTask(ClassificationTask):
         return [{"id": ex["id"], "text": ex["text"], "prediction": out["labels"],
                  "probabilities": dict(zip(self.labels, out["probs"])), **({"gold": ex["label"]} if "label" in ex else {})}
                 for out, ex in zip(outputs, examples)]
+
+    def outputs_from_predictions(self, values: list, examples: list[dict], path: str) -> list[dict]:
+        """A label set per example (its probabilities where the file has them)."""
+        return self.outputs_from(values, [getattr(v, "probabilities", None) for v in values], examples, path)
 
     def outputs_from(self, values: list, probabilities: list, examples: list[dict], path: str) -> list[dict]:
         """``action=score``: a file's predicted label sets (a list, or a separated string) as outputs;

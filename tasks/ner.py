@@ -57,7 +57,6 @@ class TokenTask(Task):
             raise ConfigError(f"task.label_subwords must be one of {', '.join(LABEL_SUBWORDS)}, "
                               f"got '{self.label_subwords}'")
         self.crf = bool(cfg.get("crf", False))  # a CRF over the emissions (heads/crf.py)
-        self.head = ("token_char" if self.decode_mode == "char" else "token") + ("_crf" if self.crf else "")
         self.join = str(cfg.get("join") or "")  # "" joins characters, " " joins words
         self.layout = str(cfg.get("layout", "auto"))
         if self.layout not in LAYOUTS:
@@ -274,13 +273,30 @@ class TokenTask(Task):
         return (self.text(ex) for ex in examples)
 
     # ---- model side ----------------------------------------------------------------------
+    def head_options(self) -> dict:
+        """The token head per character with task.decode=char, with a CRF with task.crf."""
+        return {**({"units": "char"} if self.decode_mode == "char" else {}), **({"crf": True} if self.crf else {})}
+
     def head_kwargs(self) -> dict:
-        kwargs = {"num_labels": len(self.labels)}
+        kwargs = {"num_labels": len(self.labels), **self.head_options()}
         if self.decode_mode == "char":
             kwargs["max_char_positions"] = int(self.cfg.get("max_char_positions", 16))
         if self.crf:
             kwargs["crf_constraints"] = bio_constraints(self.labels, self.scheme)
         return kwargs
+
+    def outputs_from_predictions(self, values: list[Any], examples: list[dict], path: str) -> list[list[str]]:
+        """A tag per unit (a JSON list or whitespace-separated tags), as many as the example's units."""
+        from tasks.outputs import check_labels, parse_tags
+
+        outputs = [parse_tags(v) for v in values]
+        for out, ex in zip(outputs, examples):
+            if len(out) != len(ex["units"]):
+                raise DataError(path, None, f"id {ex['id']!r}: {len(out)} predicted tags for {len(ex['units'])} "
+                                            "units (characters for KLUE NER)")
+        allowed = list(self.labels or sorted({t for ex in examples for t in ex["tags"]}))
+        check_labels([t for out in outputs for t in out], allowed, path, "tag")
+        return outputs
 
     def model_columns(self, features) -> list[str]:
         keep = super().model_columns(features)

@@ -40,6 +40,9 @@ def _some(ids: list[str]) -> str:
 class QATask(Task):
     """Extractive QA over SQuAD-shaped data; see the module docstring."""
 
+    head = "span"
+    label_fields = ("start_positions", "end_positions")
+
     # decode picks the head; the window layout is what the model learned to read
     # and null answers as the training data had them (task.null_answers=auto) decode any other file
     saved_options = {"decode": "error", "doc_stride": "saved", "max_question_length": "saved", "null_answers": "auto"}
@@ -49,7 +52,6 @@ class QATask(Task):
         self.decode_mode = str(cfg.get("decode", "token"))
         if self.decode_mode not in ("token", "char"):
             raise ConfigError(f"task.decode must be token or char, got '{self.decode_mode}'")
-        self.head = "span_char" if self.decode_mode == "char" else "span"
         self.doc_stride = int(cfg.get("doc_stride", 128))
         self.max_question_length = int(cfg.get("max_question_length", 64))
         self.n_best = int(cfg.get("n_best", 20))
@@ -160,8 +162,16 @@ class QATask(Task):
         for ex in examples:
             yield ex["question"]
 
+    def head_options(self) -> dict:
+        """The span head per character with task.decode=char."""
+        return {"units": "char"} if self.decode_mode == "char" else {}
+
     def head_kwargs(self) -> dict:
-        return {"max_token_chars": self.max_token_chars} if self.decode_mode == "char" else {}
+        return {**self.head_options(), "max_token_chars": self.max_token_chars} if self.decode_mode == "char" else {}
+
+    def outputs_from_predictions(self, values: list[Any], examples: list[dict], path: str) -> list[dict]:
+        """An answer string per question (the official prediction file's values)."""
+        return [{"answer": "" if v is None else str(v)} for v in values]
 
     def model_columns(self, features) -> list[str]:
         keep = set(MODEL_INPUTS) | set(self.label_fields) | (set(CHAR_INPUTS) if self.decode_mode == "char" else set())

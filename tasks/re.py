@@ -297,6 +297,21 @@ class RelationTask(Task):
         probs /= probs.sum(-1, keepdims=True)
         return [{"label": self.labels[int(row.argmax())], "probs": row.tolist()} for row in probs]
 
+    def outputs_from_predictions(self, values: list[Any], examples: list[dict], path: str) -> list[dict]:
+        """The predicted relation, and every relation's probability where the file has them (AUPRC needs
+        them all; a file without them scores micro F1 only, and says so)."""
+        from tasks.outputs import PROBABILITIES, check_labels, probability_row
+
+        labels = [str(x) for x in self.labels]
+        check_labels([str(v) for v in values], labels, path)
+        given = [getattr(v, "probabilities", None) for v in values]
+        if any(p is None for p in given):
+            warn(f"{path}: no class probabilities ('{PROBABILITIES}': {{relation: probability}} per row, as "
+                 "kotune's predictions.jsonl has them): scoring micro F1 only, AUPRC needs probabilities")
+            return [{"label": str(v), "probs": None} for v in values]
+        return [{"label": str(v), "probs": probability_row(probs, labels, path, f"id {ex['id']!r}", "relations")}
+                for v, probs, ex in zip(values, given, examples)]
+
     def score(self, outputs: list[dict], examples: list[dict]) -> dict[str, float]:
         """Micro F1 without ``no_relation``; AUPRC when every output has class probabilities
         (``action=score`` of a file without them scores micro F1 only)."""

@@ -70,8 +70,8 @@ VARIANTS = {
 EARLY_STOPPING = ["train.early_stopping_patience=1"]
 # the README's list: heads with no native transformers class (RE's default entity-start pooling, DP's
 # parser, a CRF), by task or variant
-EXPORT_REFUSED = {"dp": "dependency", "dp_klue": "dependency", "re": "relation", "ner+crf": "token_crf",
-                  "token_cls+crf+char": "token_char_crf"}
+EXPORT_REFUSED = {"dp": "dependency", "dp_klue": "dependency", "re": "relation", "ner+crf": "token (crf=true)",
+                  "token_cls+crf+char": "token (crf=true, units=char)"}
 # ONNX: the native refusals, and documents read as windows (their logits combine outside the class)
 ONNX_REFUSED = set(EXPORT_REFUSED) | {"text_pair+windows"}
 # tasks whose encoding can lose gold labels (token alignment, windows); sentence tasks have none to lose
@@ -387,7 +387,7 @@ def same_records(ours: list[dict], theirs: list[dict]) -> None:
 def real_positions(head: str, features) -> list:
     """Per dev row, the logit positions both models compute alike: all of a sequence head's, a
     token or span head's real tokens (kotune's span head masks padding, the native one does not)."""
-    if head in ("sequence", "pair"):
+    if head == "sequence":
         return [slice(None)] * len(features)
     return [slice(0, len(ids)) for ids in features["input_ids"]]
 

@@ -234,7 +234,7 @@ def test_the_trained_checkpoint_passes_and_a_crafted_one_fails_where_the_model_l
     from kotune.checkpoint import read_spec
 
     assert read_spec(str(trained))["meta"]["task"] == "nli"
-    assert KotuneModel.spec(str(trained / "model"))["head"] == "pair"
+    assert KotuneModel.spec(str(trained / "model"))["head"] == "sequence"
     ck = tampered_checkpoint(trained, tmp_path, lambda spec: spec["meta"].update(task="../../x/evil"))
     with pytest.raises(ArtifactError, match=r"kotune.json: meta.task='../../x/evil' is not a task preset's name"):
         KotuneModel.load(str(ck / "model"))
@@ -254,7 +254,7 @@ def test_the_trained_checkpoint_passes_and_a_crafted_one_fails_where_the_model_l
 
 @pytest.mark.parametrize("change,line", [
     (lambda s: s.update(head_kwargs={"num_labels": 3, "_target_": "os.system"}),
-     "head_kwargs._target_ is not an argument of the pair head"),
+     "head_kwargs._target_ is not an argument of the sequence head"),
     (lambda s: s.update(lora={"r": 8, "alpha": 16, "dropout": 0.1, "target_modules": None, "vocab_size": 10,
                               "base": {"model": {"name_or_path": "${oc.env:HOME}"}, "seed": 1, "vocab_size": 10}}),
      "lora.base.model.name_or_path='${oc.env:HOME}' is not a plain model option"),

@@ -1,5 +1,5 @@
 """The task↔head contract, checked for every registered task: the head kind's label fields are
-defined once (tasks.base.LABEL_FIELDS), the task encodes exactly the columns its head reads, and a
+defined once (the head class's label_fields, which the task's agree with), the task encodes exactly the columns its head reads, and a
 collated batch of real features trains the head. Plus: one results.json schema for every action."""
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
     from heads.encoder import load_encoder, load_tokenizer
     from heads.model import KotuneModel
     from tasks import build_task
-    from tasks.base import LABEL_FIELDS, EncodeSettings
+    from tasks.base import MODEL_INPUTS, EncodeSettings
     from tasks.collate import DynamicPaddingCollator
 
     cfg = compose([f"task={task_name}", "model=tiny", f"cache_dir={cache_dir}"])
@@ -46,8 +46,7 @@ def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
     task.use_columns(cfg.data)
     examples = task.read_file(sample_train_file(task_name, tmp_path))
     task.fit_labels(examples)
-    assert task.label_fields == LABEL_FIELDS[task.head]
-    assert HEADS[task.head].label_fields == LABEL_FIELDS[task.head], "the head reads other label keys"
+    assert HEADS.get(task.head).label_fields == task.label_fields, "the head reads other label keys"
     tokenizer = load_tokenizer(cfg.model, texts=list(task.training_texts(examples)), cache_dir=cache_dir)
     features = task.encode(examples, tokenizer, EncodeSettings(max_length=256, token_type_ids=True))
     columns = task.model_columns(features)
@@ -56,6 +55,8 @@ def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
     model = KotuneModel(encoder, task.head, task.head_kwargs())
     batch = DynamicPaddingCollator(tokenizer.pad_token_id, 1)([features.select_columns(columns)[i]
                                                                for i in range(min(4, len(features)))])
+    assert set(columns) == {*MODEL_INPUTS, *model.head.label_fields, *model.head.extra_inputs} & set(features.column_names) \
+        and set(model.head.label_fields) | set(model.head.extra_inputs) <= set(columns), "the head's contract"
     out = model(**batch)  # every column the task sends is an input the head takes, or a label
     assert "loss" in out and math.isfinite(float(out["loss"].detach()))
     out["loss"].backward()
@@ -88,7 +89,7 @@ def test_checkpoint_options_error_or_saved(run_job, tmp_path, capsys):
     other_head = run_job(["task=ner", "model=tiny", "data=sample", "action=eval", ckpt, "task.decode=char"], "e1")
     assert other_head["status"] == "failed" and other_head["error"] == (
         f"task=ner: checkpoint {tmp_path / 'train'} has a 'token' head, this task with these options needs "
-        "'token_char' (leave the task options out: the checkpoint's apply)")
+        "'token (units=char)' (leave the task options out: the checkpoint's apply)")
     capsys.readouterr()
     saved = run_job(["task=ner", "model=tiny", "data=sample", "action=eval", ckpt, "task.label_subwords=all"], "e2")
     assert saved["status"] == "ok", saved.get("error")

@@ -100,7 +100,7 @@ def test_gold_tags_that_break_iob2_per_token_open_their_entity(cache_dir):
     features = task.encode([example], tokenizer, EncodeSettings(max_length=16))
     assert [task.labels[i] if i >= 0 else None for i in features["labels"][0]] == [None, "O", "B-PS", None]
     assert features["label_slots"][0] == [0, 1, 1, 0]
-    assert task.head == "token_crf" and "label_slots" in task.model_columns(features)
+    assert task.head_description() == "token (crf=true)" and "label_slots" in task.model_columns(features)
 
 
 def test_a_crf_on_a_task_without_tags_is_refused_in_one_line(tmp_path):
@@ -117,5 +117,5 @@ def test_the_closing_table_names_the_crf_head(tmp_path, cache_dir):
                         "save_model=false", "save_predictions=false", f"cache_dir={cache_dir}",
                         f"hydra.run.dir={tmp_path / 'cli'}"])
     assert out.returncode == 0, out.stderr[-2000:]
-    heads = [line.split()[-1] for line in out.stdout.splitlines() if line.strip().startswith("head ")]
-    assert heads == ["token_crf"]
+    heads = [line.split(None, 1)[-1].strip() for line in out.stdout.splitlines() if line.strip().startswith("head ")]
+    assert heads == ["token (crf=true)"]

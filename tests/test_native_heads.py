@@ -28,10 +28,11 @@ def small_encoder(arch: str, head: str, seed: int = 0):
     from transformers import AutoModel
 
     from heads.native import takes_pooler
+    from heads.registry import HEADS
 
     config = small_config(arch)
     torch.manual_seed(seed)
-    return AutoModel.from_config(config, **({} if takes_pooler(config, head) else
+    return AutoModel.from_config(config, **({} if takes_pooler(config, HEADS.get(head)) else
                                             {"add_pooling_layer": False} if arch != "electra" else {}))
 
 

@@ -90,7 +90,7 @@ def test_subword_decode_round_trip_multi_character_unk():
 
 def test_char_decode_round_trip_is_exact():
     task = ner_task("task.decode=char")
-    assert task.head == "token_char"
+    assert task.head_description() == "token (units=char)"
     features, decoded = ceiling_tags(task, [PARTICLE, UNK], wordpiece(VOCAB))
     assert decoded == [PARTICLE["tags"], UNK["tags"]]
     # one slot per non-space character: token position, position from the token's start and end

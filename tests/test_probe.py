@@ -131,7 +131,7 @@ def score_of_predictions(run_dir: Path, task_name: str, indices: list[int] | Non
     from conftest import compose
     from tasks import build_task
     from tasks.base import load_splits
-    from tasks.score import align, read_predictions, to_outputs
+    from tasks.score import align, read_predictions
 
     cfg = compose([f"task={task_name}", "data=sample"])
     task = build_task(cfg.task)
@@ -139,7 +139,7 @@ def score_of_predictions(run_dir: Path, task_name: str, indices: list[int] | Non
     task.fit_labels(examples)
     path = str(run_dir / "predictions.jsonl")
     values = align(read_predictions(path), [str(ex["id"]) for ex in examples], path, "sample")
-    outputs = to_outputs(task, values, examples, path)
+    outputs = task.outputs_from_predictions(values, examples, path)
     keep = range(len(examples)) if indices is None else indices
     return task.score([outputs[i] for i in keep], [examples[i] for i in keep])[task.main_metric]
 

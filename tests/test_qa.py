@@ -268,10 +268,10 @@ def test_span_head_masks_padding_and_ignores_rejected_targets():
 
 
 def test_char_head_scores_are_token_plus_offset_logits():
-    from heads.span import MASKED, CharSpanHead
+    from heads.span import MASKED, SpanHead
 
     torch.manual_seed(0)
-    head = CharSpanHead(6, max_token_chars=3, dropout=0.0)
+    head = SpanHead(6, max_token_chars=3, dropout=0.0, units="char")
     torch.nn.init.normal_(head.offset.weight)
     hidden, mask = torch.randn(1, 4, 6), torch.ones(1, 4, dtype=torch.long)
     # slots: [CLS], token 1 with 2 characters, token 2 with 4 characters (past max_token_chars=3), padding
@@ -289,10 +289,10 @@ def test_char_head_scores_are_token_plus_offset_logits():
 
 def test_char_head_learns_an_edge_inside_a_token():
     """From token states alone (no characters), the head learns to end 임수경 before 은."""
-    from heads.span import CharSpanHead
+    from heads.span import SpanHead
 
     torch.manual_seed(0)
-    head = CharSpanHead(16, max_token_chars=4, dropout=0.0)
+    head = SpanHead(16, max_token_chars=4, dropout=0.0, units="char")
     hidden, mask = torch.randn(8, 3, 16), torch.ones(8, 3, dtype=torch.long)
     index = torch.tensor([[0, 1, 1, 2, 2]] * 8)  # 임수 | 경은
     rank = torch.tensor([[0, 0, 1, 0, 1]] * 8)
@@ -485,7 +485,7 @@ def test_tiny_mrc_on_samples_writes_predictions_json_and_reloads(run_job, tmp_pa
     assert remembered["status"] == "ok" and remembered["metrics"] == pytest.approx(res["metrics"])
     wrong = run_job(["task=mrc", "model=tiny", "data=sample", "task.decode=token", "action=eval",
                      f"checkpoint={tmp_path / 'train'}"], "wrong")
-    assert wrong["status"] == "failed" and "span_char" in wrong["error"]
+    assert wrong["status"] == "failed" and "'span (units=char)' head" in wrong["error"]
 
 
 @pytest.mark.slow

@@ -119,11 +119,10 @@ def test_unknown_labels_are_named(run_job, tmp_path):
 def test_ner_tag_count_must_match_the_characters(tmp_path):
     from tasks import build_task
     from kotune.core.errors import DataError
-    from tasks.score import to_outputs
-
+    
     task = build_task(compose(["task=ner"]).task)
     examples = [{"id": "s1", "units": list("한국 은행"), "tags": ["B-OG", "I-OG", "O", "I-OG", "I-OG"]}]
     with pytest.raises(DataError, match="'s1': 3 predicted tags for 5 units"):
-        to_outputs(task, ["B-OG I-OG O"], examples, "p.csv")
+        task.outputs_from_predictions(["B-OG I-OG O"], examples, "p.csv")
     with pytest.raises(DataError, match="unknown tag\\(s\\): 'B-XX'"):
-        to_outputs(task, [["B-XX", "I-OG", "O", "O", "O"]], examples, "p.csv")
+        task.outputs_from_predictions([["B-XX", "I-OG", "O", "O", "O"]], examples, "p.csv")

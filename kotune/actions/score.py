@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from tasks import build_task
 from tasks.base import load_splits
 from kotune.core.errors import ConfigError
-from tasks.score import align, read_predictions, to_outputs
+from tasks.score import align, read_predictions
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
@@ -22,6 +22,6 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     predicted = read_predictions(path, str(cfg.score.id_column), cfg.score.get("prediction_column"),
                                  cfg.score.get("format"))
     values = align(predicted, [str(ex["id"]) for ex in gold.examples], path, gold.where)
-    outputs = to_outputs(task, values, gold.examples, path)
+    outputs = task.outputs_from_predictions(values, gold.examples, path)
     return {"n_eval": len(outputs), "predictions_file": os.path.abspath(path),
             "metrics": task.score(outputs, gold.examples), "data": {"validation": gold.source}}

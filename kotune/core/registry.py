@@ -74,6 +74,12 @@ class Registry:
         return sorted(self._entries.items())
 
 
+def describe_head(kind: str, options: dict) -> str:
+    """``token``, or with options ``token (crf=true, units=char)``: a head as messages and results name it."""
+    shown = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sorted(options.items()))
+    return f"{kind} ({shown})" if shown else kind
+
+
 def _qualname(entry: object) -> str:
     return f"{getattr(entry, '__module__', '?')}.{getattr(entry, '__qualname__', type(entry).__qualname__)}"
 
