@@ -51,6 +51,8 @@ class Head(nn.Module):
     takes_pooler: ClassVar[bool] = False
     # kinds written by older kotune that are this head with options: old kind → the options
     aliases: ClassVar[dict[str, dict[str, Any]]] = {}
+    # the native twin of the head without options (None: it has none); native_export() says per instance
+    native: ClassVar[NativeHead | None] = None
 
     @property
     def extra_inputs(self) -> tuple[str, ...]:
@@ -72,7 +74,7 @@ class Head(nn.Module):
 
     def native_export(self) -> NativeHead | str:
         """Its native twin, or why it has none in a few words ("" when there is nothing more to say)."""
-        return ""
+        return self.native or ""
 
     def native_config(self, config: Any, kwargs: dict) -> None:
         """Set the twin's config fields (num_labels, dropout, problem type) from the head's arguments."""

@@ -35,7 +35,7 @@ class SequenceHead(WeightedCrossEntropy):
     pipeline_tag = "text-classification"
     takes_pooler = True
     aliases = {"pair": {}}  # a pair is encoded as one sequence: [CLS] a [SEP] b [SEP] (kotune < 0.2 named it)
-    NATIVE = NativeHead("ForSequenceClassification", {"bert": {"dense": "bert.pooler.dense", "out": "classifier"},
+    native = NativeHead("ForSequenceClassification", {"bert": {"dense": "bert.pooler.dense", "out": "classifier"},
                                                       "*": {"dense": "classifier.dense", "out": "classifier.out_proj"}},
                         pipeline="text-classification")
 
@@ -80,9 +80,6 @@ class SequenceHead(WeightedCrossEntropy):
         if self.num_labels == 1:
             return torch.tensor([labels.numel()], device=labels.device)
         return super().loss_counts(labels)
-
-    def native_export(self) -> NativeHead:
-        return self.NATIVE
 
     def native_config(self, config, kwargs: dict) -> None:
         config.num_labels = int(kwargs.get("num_labels", 1))

@@ -57,7 +57,7 @@ class SpanHead(SpanLoss):
     native_dropout = 0.0  # QA output layers have no dropout in any of the three architectures
     aliases = {"span_char": {"units": "char"}}  # the kind of kotune < 0.2
     # transformers 5 removed the question-answering pipeline: AutoModelForQuestionAnswering serves it
-    NATIVE = NativeHead("ForQuestionAnswering", {"*": {"out": "qa_outputs"}}, pipeline=None)
+    native = NativeHead("ForQuestionAnswering", {"*": {"out": "qa_outputs"}}, pipeline=None)
 
     def __init__(self, hidden_size: int, dropout: float = 0.0, init_std: float = 0.02, units: str = "token",
                  max_token_chars: int = 32):
@@ -93,7 +93,7 @@ class SpanHead(SpanLoss):
         if self.units == "char":
             return ("its answer edges are characters inside tokens (task.decode=char); a QA model's edges are "
                     "tokens")
-        return self.NATIVE
+        return self.native
 
     def native_config(self, config, kwargs: dict) -> None:
         config.num_labels = 2  # a start and an end logit

@@ -49,7 +49,7 @@ class TokenHead(WeightedCrossEntropy):
     pipeline_tag = "token-classification"
     aliases = {"token_char": {"units": "char"}, "token_crf": {"crf": True},
                "token_char_crf": {"units": "char", "crf": True}}  # the kinds of kotune < 0.2
-    NATIVE = NativeHead("ForTokenClassification", {"*": {"out": "classifier"}}, pipeline="token-classification")
+    native = NativeHead("ForTokenClassification", {"*": {"out": "classifier"}}, pipeline="token-classification")
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, init_std: float = 0.02,
                  class_weights: list[float] | None = None, units: str = "token", crf: bool = False,
@@ -90,7 +90,7 @@ class TokenHead(WeightedCrossEntropy):
         return {**({"crf": True} if self.use_crf else {}), **({"units": "char"} if self.units == "char" else {})}
 
     def native_export(self) -> NativeHead | str:
-        return WHY_NOT.get((self.units, self.use_crf)) or self.NATIVE
+        return WHY_NOT.get((self.units, self.use_crf)) or self.native
 
     def native_config(self, config, kwargs: dict) -> None:
         config.num_labels = int(kwargs.get("num_labels", 1))

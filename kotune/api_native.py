@@ -20,9 +20,14 @@ from kotune.core.errors import KotuneError
 
 NATIVE_KIND = "native-export"  # the manifest's kind (heads/export.py writes it)
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-# a kotune head's native class ends so (the export's mapping, heads/export.py)
-CLASS_SUFFIX = {"sequence": "ForSequenceClassification", "pair": "ForSequenceClassification",
-                "token": "ForTokenClassification", "span": "ForQuestionAnswering"}
+
+
+def native_suffix(head: str) -> str:
+    """The native class name's ending of a head kind (``Head.native``), "?" for a head without one."""
+    from heads.registry import HEADS
+
+    native = HEADS.get(head).native
+    return native.suffix if native is not None else "?"
 
 
 def is_native_export(path: str) -> bool:
@@ -62,7 +67,7 @@ class NativeModel:
 
         config = transformers.AutoConfig.from_pretrained(path)
         name = (getattr(config, "architectures", None) or [""])[0]
-        cls = getattr(transformers, name, None) if name.endswith(tuple(CLASS_SUFFIX.values())) else None
+        cls = getattr(transformers, name, None) if name.endswith(native_suffix(head_kind)) else None
         if cls is None:
             raise KotuneError(f"{path}: config.json's architecture {name or 'none'} is not a class kotune exports")
         self.native = cls.from_pretrained(path).eval()
@@ -82,7 +87,7 @@ class NativeModel:
         return out.logits.float().numpy()
 
     def report(self) -> dict:
-        return {"layers": "last", "pooling": "cls" if self.head_kind in ("sequence", "pair") else None}
+        return {"layers": "last", "pooling": "cls" if self.head_kind == "sequence" else None}
 
     def describe(self) -> str:
         return f"transformers: {type(self.native).__name__}"
@@ -114,10 +119,11 @@ def native_predictor(path: str, overrides: list[str]):
         raise KotuneError(f"{path}: a native export of a model that reads documents as windows (config.kotune_windows); "
                           "load the run directory or an ONNX export of it")
     task = build_task(cfg.task)
-    if not (getattr(config, "architectures", None) or [""])[0].endswith(CLASS_SUFFIX.get(task.head, "?")):
+    suffix = native_suffix(task.head)
+    if not (getattr(config, "architectures", None) or [""])[0].endswith(suffix):
         raise KotuneError(f"{path}: a {(config.architectures or ['?'])[0]} does not fit task {task.name} "
-                          f"(its {task.head} head exports as *{CLASS_SUFFIX.get(task.head, '?')})")
-    labels = [config.id2label[i] for i in sorted(config.id2label)] if task.head != "span" else None
+                          f"(its {task.head} head exports as *{suffix})")
+    labels = [config.id2label[i] for i in sorted(config.id2label)] if task.label_fields == ("labels",) else None
     options = {"threshold": list(config.kotune_thresholds.values())} if getattr(config, "kotune_thresholds", None) else {}
     max_length = int(min(tokenizer.model_max_length, config.max_position_embeddings))
     meta = {"task": task.name, "labels": labels, "max_length": max_length,
