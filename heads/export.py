@@ -188,11 +188,11 @@ def export_directory(model_dir: str, out_dir: str, finish: Callable[[dict, str],
 
 def input_note(meta: dict) -> str | None:
     """The saved task's word on the exported model's input (``Task.export_note``), if any."""
-    task = TASKS.get(str(meta.get("task")))
+    task = TASKS.get(str(meta.get("task")), None)
     return task.export_note(meta.get("task_options") or {}) if task is not None else None
 
 
 def input_fields(meta: dict) -> dict:
     """The saved task's config fields for the exported model (``Task.export_fields``)."""
-    task = TASKS.get(str(meta.get("task")))
+    task = TASKS.get(str(meta.get("task")), None)
     return task.export_fields(meta.get("task_options") or {}) if task is not None else {}

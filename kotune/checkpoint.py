@@ -110,7 +110,7 @@ def check_task_options(spec: dict, where: str) -> None:
             raise ArtifactError(f"{where}: meta.task_options without meta.task (whose options are they?)")
         return
     preset = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF_DIR, "task", f"{task}.yaml")), resolve=False)
-    kind = TASKS.get(preset.get("kind") or preset.get("name") or task)
+    kind = TASKS.get(preset.get("kind") or preset.get("name") or task, None)
     saved = dict(kind.saved_options) if kind is not None else {}
     for option, value in (meta.get("task_options") or {}).items():
         if option not in saved:

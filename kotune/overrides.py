@@ -27,11 +27,11 @@ SWEEPER_PARAMS = "hydra.sweeper.params."
 def open_dict_overrides(argv: list[str]) -> list[str]:
     """``model.config_overrides.X=V`` works without Hydra's ``+``/``++``: these dicts are open by
     design (any field of the architecture's config), so the override is made add-or-replace. So is
-    a task option only some tasks have (``task.crf``, tasks.GUARDED_OPTIONS): a task without it then
+    a task option only some tasks have (``task.crf``, ``Task.own_options``): a task without it then
     refuses it in one line saying which tasks take it."""
-    from tasks import GUARDED_OPTIONS
+    from tasks import own_options
 
-    guarded = tuple(f"task.{option}=" for option in GUARDED_OPTIONS)
+    guarded = tuple(f"task.{option}=" for option in own_options())
     return [f"++{a}" if a.startswith(OPEN_DICTS + guarded) else a for a in argv]
 
 

@@ -73,6 +73,16 @@ class Split:
         return f"{src.get('hub', '?')}/{src.get('name')}:{src.get('split')}"
 
 
+@dataclass(frozen=True)
+class TaskOption:
+    """A ``task.<option>`` only some tasks read (``Task.own_options``): the values that leave it off,
+    and what it does. Given to a task without it, it is refused in one line naming the tasks that
+    take it, never ignored."""
+
+    off: tuple = (None,)
+    about: str = ""
+
+
 @dataclass
 class EncodeSettings:
     max_length: int
@@ -96,8 +106,8 @@ class Task:
     # tokens the task's encoding needs as new vocabulary entries (KLUE RE's <subj> markers): the
     # loader adds them to the tokenizer and resizes the encoder's embeddings (heads/encoder.py)
     special_tokens: tuple[str, ...] = ()
-    # task options only some tasks read (tasks.GUARDED_OPTIONS): another task refuses them
-    own_options: tuple[str, ...] = ()
+    # task options only some tasks read, with what leaves them off: another task refuses them (tasks.build_task)
+    own_options: dict[str, TaskOption] = {}
     windows: Any = None  # task.long_text=windows: tasks.windows.WindowOptions
 
     def __init__(self, cfg: DictConfig):

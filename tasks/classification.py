@@ -16,8 +16,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from kotune.core.registry import register_task
 from tasks.metric_sets import classification_scores, sts_scores
-from tasks.base import EncodeSettings, LabelWithProbabilities, Task
+from tasks.base import EncodeSettings, LabelWithProbabilities, Task, TaskOption
 from kotune.core.errors import ConfigError, DataError
 from tasks.io import KNOWN_PAIR_COLUMNS, KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records, require_columns
 from tasks.windows import encode_windows, window_options
@@ -25,6 +26,7 @@ from tasks.windows import encode_windows, window_options
 PROBABILITY_DIGITS = 4  # predictions.jsonl: each label's probability, rounded for reading
 
 
+@register_task("ynat", "nli", "sts", "text_cls", "text_pair")
 class ClassificationTask(Task):
     """[CLS] classification (``num_labels`` > 1) or regression (``task.regression: true``)."""
 
@@ -32,7 +34,9 @@ class ClassificationTask(Task):
     # model trained on windowed documents reads them so
     saved_options = {"regression": "error", "multi_label": "error", "long_text": "saved", "window_stride": "saved",
                      "window_pool": "saved"}
-    own_options = ("long_text", "window_stride", "window_pool", "max_windows_per_batch")
+    own_options = {"long_text": TaskOption((None, "truncate"), "documents become windows in sequence classification"),
+                   **{option: TaskOption((None,), "an option of task.long_text=windows")
+                      for option in ("window_stride", "window_pool", "max_windows_per_batch")}}
 
     def __init__(self, cfg):
         super().__init__(cfg)

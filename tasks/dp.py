@@ -37,6 +37,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from kotune.core.registry import register_task
 from tasks import metric_sets
 from tasks.base import IGNORE, EncodeSettings, Task
 from kotune.core.errors import ConfigError, DataError
@@ -82,6 +83,7 @@ def fallback_heads(n: int) -> list[int]:
     return [k + 2 if k + 1 < n else 0 for k in range(n)]
 
 
+@register_task("dp")
 class DependencyTask(Task):
     """KLUE DP (``task=dp``)."""
 

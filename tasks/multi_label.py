@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from omegaconf import ListConfig
 
+from kotune.core.registry import register_task
 from tasks.classification import ClassificationTask
 from kotune.core.errors import ConfigError, DataError
 from tasks.io import field
@@ -76,6 +77,7 @@ def best_thresholds(probs: list[list[float]], golds: list[list[bool]]) -> list[f
     return out
 
 
+@register_task("multi_label")
 class MultiLabelTask(ClassificationTask):
     """A set of labels per example; outputs are ``{"labels": [...], "probs": [...]}``."""
 

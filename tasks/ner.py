@@ -25,7 +25,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from tasks.base import IGNORE, EncodeSettings, Task
+from kotune.core.registry import register_task
+from tasks.base import IGNORE, EncodeSettings, Task, TaskOption
 from kotune.core.errors import ConfigError, DataError
 from tasks import metric_sets
 from kotune.core.log import log
@@ -38,6 +39,7 @@ from tasks.transitions import bio_constraints, repair_bio
 
 
 # ---- the tasks -------------------------------------------------------------------------------
+@register_task("token_cls")
 class TokenTask(Task):
     """Generic token classification (``token_cls``): CoNLL-style files, tag per word or character."""
 
@@ -45,7 +47,7 @@ class TokenTask(Task):
     # decode and crf pick the head; how units are joined and which subwords carry labels shape its
     # input and the tag scheme auto found in the training file writes the predictions of an untagged file
     saved_options = {"decode": "error", "crf": "error", "join": "saved", "label_subwords": "saved", "scheme": "auto"}
-    own_options = ("crf",)
+    own_options = {"crf": TaskOption((None, False), "a CRF decodes sequences of tags: it needs a tagging task")}
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -499,6 +501,7 @@ class TokenTask(Task):
                 "spurious": n_spurious, "reasons": dict(reasons), "examples": shown, "lines": lines}
 
 
+@register_task("ner")
 class NerTask(TokenTask):
     """KLUE NER: a BIO tag per character (spaces included); KLUE's official TSV or the hub rows."""
 

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from kotune.core.registry import register_task
 from tasks import metric_sets
 from tasks.base import IGNORE, MODEL_INPUTS, EncodeSettings, Task
 from kotune.core.errors import ConfigError, DataError, KotuneError
@@ -37,6 +38,7 @@ def _some(ids: list[str]) -> str:
     return ", ".join(ids[:SHOW_IDS]) + (f" … (+{len(ids) - SHOW_IDS})" if len(ids) > SHOW_IDS else "")
 
 
+@register_task("mrc", "korquad", "qa")
 class QATask(Task):
     """Extractive QA over SQuAD-shaped data; see the module docstring."""
 

@@ -37,6 +37,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from kotune.core.registry import register_task
 from tasks import metric_sets
 from tasks.base import EncodeSettings, Task
 from kotune.core.errors import ConfigError, DataError
@@ -127,6 +128,7 @@ def join_after_closing_markers(tokens: list[str], offsets: list[tuple[int, int]]
     return out
 
 
+@register_task("re")
 class RelationTask(Task):
     """KLUE RE (``task=re``)."""
 

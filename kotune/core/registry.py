@@ -18,6 +18,7 @@ from typing import Callable, Iterator, TypeVar
 from kotune.core.errors import ConfigError
 
 T = TypeVar("T")
+_REQUIRED = object()
 
 
 class Registry:
@@ -52,8 +53,11 @@ class Registry:
 
         return decorate
 
-    def get(self, name: str) -> object:
+    def get(self, name: str, default: object = _REQUIRED) -> object:
+        """The entry of ``name``; unknown: ``default`` when given, else one line listing the choices."""
         if name not in self._entries:
+            if default is not _REQUIRED:
+                return default
             raise ConfigError(f"unknown {self.what} '{name}' (choices: {', '.join(sorted(self._entries))})")
         return self._entries[name]
 
