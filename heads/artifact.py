@@ -104,6 +104,9 @@ META = {
     "token_type_ids": (lambda v: isinstance(v, bool), "true or false"),
     "task_options": (lambda v: isinstance(v, dict), "a mapping of task options"),
     "columns": (optional(lambda v: isinstance(v, dict)), "a mapping of column roles"),
+    # the module a plug-in's task came from (kotune/plugins.py): compared with the loaded ones, never imported
+    "plugin": (lambda v: isinstance(v, str) and len(v) <= 200 and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", v)
+               is not None, "a dotted module name"),
 }
 LORA = {
     "r": (integer, "an integer"), "alpha": (number, "a number"), "dropout": (number, "a number"),

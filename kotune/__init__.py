@@ -19,7 +19,7 @@ from __future__ import annotations
 from kotune import config  # noqa: F401  (registers ${kotune_lr:…} and ${kotune_mix_lr:…})
 from kotune.core.registry import register_exporter, register_head, register_runtime, register_task
 
-__all__ = ["train", "evaluate", "load", "Run", "Predictor", "Task", "ClassificationTask", "TokenTask", "Head",
+__all__ = ["train", "evaluate", "load", "Run", "Predictor", "Task", "TaskOption", "ClassificationTask", "TokenTask", "Head",
            "register_task", "register_head", "register_exporter", "register_runtime"]
 
 
@@ -31,6 +31,9 @@ def __getattr__(name: str):
     if name == "Task":
         from tasks.base import Task
         return Task
+    if name == "TaskOption":
+        from tasks.base import TaskOption
+        return TaskOption
     if name == "ClassificationTask":
         from tasks.classification import ClassificationTask
         return ClassificationTask

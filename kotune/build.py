@@ -196,7 +196,8 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
         meta = {"task": task.name, "labels": task.labels, "max_length": loaded.max_length,
                 "token_type_ids": loaded.token_type_ids, "model": cfg.model.name,
                 "task_options": {k: task.cfg.get(k) for k in task.saved_options},
-                "columns": OmegaConf.to_container(task.cfg.columns) if task.cfg.get("columns") else None}
+                "columns": OmegaConf.to_container(task.cfg.columns) if task.cfg.get("columns") else None,
+                **plugin_record(task)}
         # a checkpoint lends its encoder alone (action=probe): a LoRA adapter merged into its base
         encoder = loaded.model.bare_encoder() if loaded.model is not None else loaded.encoder
         model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
@@ -216,6 +217,13 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint") or new_head):
         use_frozen_cache(cfg, built)
     return built
+
+
+def plugin_record(task) -> dict:
+    """``{"plugin": module}`` for a task a plug-in registered (what a checkpoint needs loaded to be read
+    back: kotune/plugins.py); nothing for kotune's own, whose checkpoints stay as they were."""
+    module = type(task).__module__
+    return {} if module.split(".")[0] == "tasks" else {"plugin": module}
 
 
 def use_frozen_cache(cfg: DictConfig, b: Built) -> None:

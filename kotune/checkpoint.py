@@ -14,7 +14,6 @@ import json
 import os
 import re
 
-from kotune.config import CONF_DIR
 from kotune.core.atomic_dir import settle
 from kotune.core.errors import KotuneError
 from kotune.core.log import log
@@ -63,9 +62,10 @@ def read_spec(path: str, registry: bool = True) -> dict:
 
 
 def presets(group: str) -> list[str]:
-    """The presets of a config group: the ``*.yaml`` names in conf/<group>/."""
-    folder = os.path.join(CONF_DIR, group)
-    return sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml") and re.fullmatch(r"[A-Za-z0-9_-]+", f[:-5]))
+    """The presets of a config group: the ``*.yaml`` names in conf/<group>/ and the loaded plug-ins'."""
+    from kotune.plugins import preset_names
+
+    return preset_names(group)
 
 
 def option_type_fits(value, preset) -> bool:
@@ -88,7 +88,14 @@ def check_preset_names(spec, where: str) -> None:
     heads/artifact.py checks that it is a plain name; it becomes ``model=`` only when a preset."""
     from heads.artifact import ArtifactError, shown
 
+    from kotune.plugins import loaded
+
     meta = spec.get("meta") if isinstance(spec, dict) else None
+    plugin = meta.get("plugin") if isinstance(meta, dict) else None
+    if isinstance(plugin, str) and not loaded(plugin):  # never imported from here: named by the user only
+        raise ArtifactError(f"{where}: its task {shown(meta.get('task'))} comes from the plug-in {shown(plugin)}, "
+                            f"which is not loaded here: install its package (entry point kotune.plugins), or add "
+                            f"plugins=[{plugin}]")
     if isinstance(meta, dict) and "task" in meta and meta["task"] not in presets("task"):
         raise ArtifactError(f"{where}: meta.task={shown(meta['task'])} is not a kotune task "
                             f"(known: {', '.join(presets('task'))})")
@@ -109,7 +116,9 @@ def check_task_options(spec: dict, where: str) -> None:
         if meta.get("task_options"):
             raise ArtifactError(f"{where}: meta.task_options without meta.task (whose options are they?)")
         return
-    preset = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF_DIR, "task", f"{task}.yaml")), resolve=False)
+    from kotune.plugins import preset_file
+
+    preset = OmegaConf.to_container(OmegaConf.load(preset_file("task", task)), resolve=False)
     kind = TASKS.get(preset.get("kind") or preset.get("name") or task, None)
     saved = dict(kind.saved_options) if kind is not None else {}
     for option, value in (meta.get("task_options") or {}).items():

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from kotune.config import CONF_DIR, GROUPS
 from kotune.job import execute, finished_results
+from kotune.plugins import load_plugins, named_in, preset_names
 from kotune.overrides import bad_override, job_overrides, open_dict_overrides  # noqa: F401 (bench/ imports it here)
 from kotune.runtime import quiet_libraries, release_memory
 from kotune.sweeps import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
@@ -87,12 +88,18 @@ def mask_hydra_files(hc) -> None:
 
 # ---- argv, before Hydra ----------------------------------------------------------------------
 def check_choices(argv: list[str]) -> None:
-    """Unknown task/model/mode on the command line: one line listing the choices."""
+    """Unknown task/model/mode on the command line: one line listing the choices (plug-ins loaded first:
+    the installed entry points and ``plugins=``; a plug-in that cannot be imported is one line too)."""
+    try:
+        load_plugins(named_in(argv))
+    except KotuneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     for arg in argv:
         key, sep, value = arg.lstrip("+~").partition("=")
         if not sep or key not in GROUPS:
             continue
-        choices = sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, key)) if f.endswith(".yaml"))
+        choices = preset_names(key)  # kotune's and the loaded plug-ins' (kotune/plugins.py)
         for v in value.split(","):
             if v and v not in choices and not v.startswith(("choice(", "range(", "glob(")):
                 print(f"error: unknown {key} '{v}' (choices: {', '.join(choices)})", file=sys.stderr)

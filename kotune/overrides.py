@@ -64,7 +64,11 @@ def search_range_overrides(argv: list[str]) -> list[str]:
 
 
 def job_overrides(overrides: list[str]) -> list[str]:
-    """Every rewrite a job's overrides get before composition (the command line adds its own)."""
+    """Every rewrite a job's overrides get before composition (the command line adds its own); the
+    plug-ins it names (and the installed ones) are loaded first, so their presets compose."""
+    from kotune.plugins import load_plugins, named_in
+
+    load_plugins(named_in(overrides))
     return checkpoint_overrides(open_dict_overrides(quote_non_ascii(search_range_overrides(overrides))))
 
 
