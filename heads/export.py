@@ -19,12 +19,14 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
+from heads.backends import Exporter
 from heads.base import NativeHead
 from heads.native import head_style
 from tasks import TASKS
 from kotune.core.atomic_dir import written_whole
 from kotune.core.errors import ConfigError
 from kotune.core.log import warn
+from kotune.core.registry import register_exporter
 
 CLASS_PREFIX = {"bert": "Bert", "roberta": "Roberta", "electra": "Electra"}
 
@@ -184,6 +186,23 @@ def export_directory(model_dir: str, out_dir: str, finish: Callable[[dict, str],
         if finish is not None:
             finish(res, staging)
     return res
+
+
+@register_exporter("native")
+class NativeExporter(Exporter):
+    """``export.format=native`` (the default): :func:`export_directory`, served by ``transformers.pipeline``."""
+
+    default_dir = "hf"
+
+    def export(self, model_dir: str, out_dir: str, options: dict, finish: Callable[[dict, str], Any]) -> dict:
+        return export_directory(model_dir, out_dir, finish)
+
+    def usage(self, res: dict, out_dir: str) -> str:
+        use = (f"transformers.pipeline(\"{res['pipeline']}\", model=\"{out_dir}\")" if res["pipeline"] else
+               f"transformers.{res['native_class']}.from_pretrained(\"{out_dir}\")")
+        if res.get("problem_type") == "multi_label_classification":
+            use = use[:-1] + ", top_k=None)  (a sigmoid per label; kotune's thresholds: config.kotune_thresholds)"
+        return use
 
 
 def input_note(meta: dict) -> str | None:

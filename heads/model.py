@@ -42,6 +42,8 @@ class KotuneModel(nn.Module):
     # so Trainer neither divides by grad_accum nor lets a micro-batch's mean weigh as much as
     # another's whatever its number of items (heads/loss.py).
     accepts_loss_kwargs = True
+    # how kotune runs it: the ``torch`` runtime (kotune/runtimes.py), which Trainer runs and whose mode is checked
+    runtime = "torch"
 
     def __init__(self, encoder: nn.Module, head_kind: str, head_kwargs: dict, *, frozen: bool = False,
                  meta: dict | None = None, layers: Any = "last", pooling: str | None = None,

@@ -23,9 +23,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from heads.backends import Exporter, Runtime
 from kotune.core.atomic_dir import MANIFEST, manifest_lists, settle, verify_manifest, written_whole
 from kotune.core.errors import ConfigError, KotuneError
 from kotune.core.files import write_json_atomic
+from kotune.core.registry import register_exporter, register_runtime
 
 EXPORT_FILE = "kotune_export.json"
 FP32_FILE = "model.onnx"
@@ -128,6 +130,27 @@ def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = N
         if finish is not None:
             finish(res, staging)
     return res
+
+
+@register_exporter("onnx")
+class OnnxExporter(Exporter):
+    """``export.format=onnx``: :func:`export_onnx_directory`, run by :class:`OnnxModel`."""
+
+    options = {"quantize": "quantizes an ONNX export"}
+    default_dir = "onnx"
+
+    def export(self, model_dir: str, out_dir: str, options: dict, finish: Callable[[dict, str], Any]) -> dict:
+        return export_onnx_directory(model_dir, out_dir, options.get("quantize"), finish)
+
+    def usage(self, res: dict, out_dir: str) -> str:
+        return f"python run.py action=predict checkpoint={out_dir} (or action=serve)"
+
+
+@register_runtime("onnxruntime")
+class OnnxRuntime(Runtime):
+    """:class:`OnnxModel`: a padded batch in, the logits out (it is its own forward)."""
+
+    kind = "onnx"
 
 
 class OnnxModel:

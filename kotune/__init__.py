@@ -20,7 +20,7 @@ from kotune import config  # noqa: F401  (registers ${kotune_lr:…} and ${kotun
 from kotune.core.registry import register_exporter, register_head, register_runtime, register_task
 
 __all__ = ["train", "evaluate", "load", "Run", "Predictor", "Task", "TaskOption", "ClassificationTask", "TokenTask", "Head",
-           "register_task", "register_head", "register_exporter", "register_runtime"]
+           "Exporter", "Runtime", "register_task", "register_head", "register_exporter", "register_runtime"]
 
 
 def __getattr__(name: str):
@@ -43,4 +43,7 @@ def __getattr__(name: str):
     if name == "Head":
         from heads.base import Head
         return Head
+    if name in ("Exporter", "Runtime"):  # an export format, a runtime: heads/backends.py (no torch)
+        from heads import backends
+        return getattr(backends, name)
     raise AttributeError(f"module 'kotune' has no attribute '{name}'")

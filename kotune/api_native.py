@@ -14,9 +14,11 @@ import json
 import os
 from typing import Any
 
+from heads.backends import Runtime
 from kotune.api_compose import compose_job
 from kotune.core.atomic_dir import MANIFEST, settle, verify_manifest
 from kotune.core.errors import KotuneError
+from kotune.core.registry import register_runtime
 
 NATIVE_KIND = "native-export"  # the manifest's kind (heads/export.py writes it)
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -51,6 +53,13 @@ def card_tags(path: str) -> list[str]:
         return [str(t) for t in data.get("tags") or []]
     except (OSError, ValueError, IndexError, AttributeError, yaml.YAMLError):
         return []
+
+
+@register_runtime("transformers")
+class TransformersRuntime(Runtime):
+    """:class:`NativeModel`: a padded batch in, the logits out (it is its own forward)."""
+
+    kind = "native"
 
 
 class NativeModel:

@@ -25,6 +25,7 @@ class Predictor:
 
     def __init__(self, path: str, overrides: list[str] | None = None):
         from kotune.api_native import is_native_export, native_predictor
+        from kotune.runtimes import runtime_of
 
         self.path, self.overrides = str(path), list(overrides or [])
         self.kind = "native" if is_native_export(self.path) else "kotune"
@@ -34,8 +35,7 @@ class Predictor:
             from kotune.serving import Predictor as ServingPredictor
 
             self.served = ServingPredictor(compose_job(["action=predict", f"checkpoint={self.path}", *self.overrides]))
-            if self.served.runtime == "onnxruntime":
-                self.kind = "onnx"
+            self.kind = runtime_of(self.served.b.model).kind  # kotune (a checkpoint) or onnx (an export)
 
     @property
     def task(self) -> str:

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from kotune.checkpoint import checkpoint_model_dir, read_spec
 from kotune.checkpoint_fit import check_checkpoint_mode, task_for_checkpoint, use_saved_columns
 from kotune.runtime import pad_multiple, seed_everything
+from kotune.runtimes import runtime_of
 from kotune.weighting import apply_class_weights, check_class_weights
 from tasks import build_task
 from tasks.base import EncodeSettings, Split, Task, encode_cached, load_splits, require_data_files
@@ -172,7 +173,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
         require_data_files(cfg.data, need)
         seed_everything(int(cfg.train.seed))
         loaded = load_encoder_side(cfg, task, None, onnx=onnx)
-        if getattr(loaded.model, "runtime", None) != "onnxruntime":  # an export is a plain native model
+        if runtime_of(loaded.model).kotune_model:  # an export is a plain native model (kotune/runtimes.py)
             check_checkpoint_mode(cfg, loaded.model, cfg.checkpoint, "train" in need)
         task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_description()}, cfg.checkpoint)
         use_saved_columns(task, loaded.model.meta, cfg.checkpoint)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from kotune.build import Built, build, make_collator
 from kotune.runtime import is_rank_zero, local_rank_zero_first
+from kotune.runtimes import runtime_of
 from tasks.base import IGNORE
 from kotune.core.errors import ConfigError
 from kotune.core.files import write_jsonl_atomic
@@ -67,26 +68,12 @@ class BatchPredictor:
                                 metrics={"test_samples_per_second": speed})
 
 
-def torch_forward(model) -> Callable[[dict], Any]:
-    """A KotuneModel's logits of one padded batch, as numpy (the labels in a batch are left out)."""
-    import torch
-
-    model.eval()
-
-    def forward(batch: dict) -> Any:
-        with torch.inference_mode():
-            logits = model(**{k: v for k, v in batch.items() if k not in model.head.label_fields})["logits"]
-        if isinstance(logits, tuple):
-            return tuple(x.float().numpy() for x in logits)
-        return logits.float().numpy()
-
-    return forward
-
-
 def predictor_for(cfg: DictConfig, b: Built, run_dir: str):
-    """What runs the batches: Trainer for a checkpoint, :class:`BatchPredictor` for an ONNX export."""
-    if getattr(b.model, "runtime", None) == "onnxruntime":
-        return BatchPredictor(b.model, int(cfg.train.eval_batch_size), make_collator(b.tokenizer, cfg))
+    """What runs the batches, as the model's runtime says (kotune/runtimes.py): Trainer for a
+    checkpoint, :class:`BatchPredictor` for an ONNX export."""
+    runtime = runtime_of(b.model)
+    if not runtime.trainer:
+        return BatchPredictor(runtime.forward(b.model), int(cfg.train.eval_batch_size), make_collator(b.tokenizer, cfg))
     from kotune.trainer import make_trainer  # transformers' Trainer: loaded once a model is to run
 
     return make_trainer(cfg, b, run_dir)

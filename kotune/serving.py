@@ -28,7 +28,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from kotune.build import build, make_collator
-from kotune.predict import BatchPredictor, predict_rows, torch_forward
+from kotune.predict import BatchPredictor, predict_rows
+from kotune.runtimes import runtime_of
 from kotune.serve_batcher import Batcher
 from kotune.serve_guard import guard
 from kotune.serve_requests import (ItemFailed, PredictRequest, RequestError, ShuttingDown, data_error, error_body,
@@ -56,9 +57,8 @@ class Predictor:
         servable(build_task(cfg.task))
         self.b = build(cfg, (), onnx=True)
         servable(self.b.task)
-        onnx = getattr(self.b.model, "runtime", None) == "onnxruntime"
-        self.runtime = "onnxruntime" if onnx else "torch"
-        forward = self.b.model if onnx else torch_forward(self.b.model)
+        self.runtime = str(self.b.model.runtime)  # torch (a checkpoint), onnxruntime (an ONNX export): kotune/runtimes.py
+        forward = runtime_of(self.b.model).forward(self.b.model)
         self.batches = BatchPredictor(forward, int(cfg.train.eval_batch_size), make_collator(self.b.tokenizer, cfg))
 
     @property

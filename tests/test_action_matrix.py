@@ -397,7 +397,8 @@ def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_
 
     from heads.onnx import OnnxModel
     from kotune.build import build, make_collator
-    from kotune.predict import BatchPredictor, torch_forward
+    from kotune.predict import BatchPredictor
+    from kotune.runtimes import torch_forward
     from tasks.collate import in_order, length_order
 
     task, run = trained["task"], trained["root"] / "plain"

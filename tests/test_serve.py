@@ -55,7 +55,8 @@ def test_onnx_logits_equal_kotunes_on_the_demo_dev_set_and_int8_agrees(demo):
 
     from heads.onnx import OnnxModel
     from kotune.build import build, make_collator
-    from kotune.predict import BatchPredictor, torch_forward
+    from kotune.predict import BatchPredictor
+    from kotune.runtimes import torch_forward
 
     cfg = compose([*DEMO, f"checkpoint={demo['root'] / 'train'}", f"cache_dir={demo['cache']}"])
     b = build(cfg, ("validation",))

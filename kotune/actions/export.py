@@ -1,7 +1,9 @@
-"""``action=export checkpoint=RUN``: the model as its architecture's native transformers class in
-``export.dir`` (default: <run dir>/hf), or with ``export.format=onnx`` as an ONNX Runtime directory
-(default: <run dir>/onnx; ``export.quantize=int8`` adds onnxruntime's dynamic int8 model;
-heads/onnx.py); a one-line refusal for a head with no exact native equivalent (heads/export.py).
+"""``action=export checkpoint=RUN``: the model in the registered export format ``export.format`` names
+(heads/backends.py's Exporter; a plug-in adds one with ``kotune.register_exporter``): by default as
+its architecture's native transformers class in ``export.dir`` (default: <run dir>/hf; heads/export.py,
+a one-line refusal for a head with no exact native equivalent), or with ``export.format=onnx`` as an
+ONNX Runtime directory (default: <run dir>/onnx; ``export.quantize=int8`` adds onnxruntime's dynamic
+int8 model; heads/onnx.py).
 Every export gets a model card (README.md, kotune/model_card.py); ``export.push_to_hub=USER/NAME``
 uploads the directory. The directory appears whole or not at all, with ``kotune_manifest.json``
 (kotune/core/atomic_dir.py); one that exists and is not empty is refused unless ``export.overwrite=true``."""
@@ -11,27 +13,42 @@ import os
 
 from omegaconf import DictConfig
 
+from heads.backends import SHARED_OPTIONS, Exporter
 from kotune.checkpoint import checkpoint_model_dir, read_spec
 from kotune.model_card import push_to_hub, write_model_card
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
+from kotune.core.registry import EXPORTERS
 
-FORMATS = ("native", "onnx")
+
+def exporter_for(cfg_export) -> Exporter:
+    """The registered format ``export.format`` names (heads/backends.py's Exporter), after the one-line
+    refusal of an unknown format or of an option only other formats read (``export.quantize`` without
+    ``export.format=onnx``)."""
+    import heads.export  # noqa: F401  (each module registers its format: kotune.register_exporter)
+    import heads.onnx  # noqa: F401
+
+    fmt = str(cfg_export.get("format") or "native")
+    if fmt not in EXPORTERS:
+        raise ConfigError(f"export.format must be one of {', '.join(EXPORTERS)}, got '{fmt}'")
+    exporter = EXPORTERS.get(fmt)()
+    for key in cfg_export:
+        value = cfg_export.get(key)
+        if value is None or key in SHARED_OPTIONS or key in exporter.options:
+            continue
+        owners = [name for name, other in EXPORTERS.items() if key in other.options]
+        if owners:
+            raise ConfigError(f"export.{key}={value} {EXPORTERS.get(owners[0]).options[key]}: "
+                              f"add export.format={owners[0]}")
+    return exporter
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
-    from heads.export import export_directory
-    from heads.onnx import export_onnx_directory
-
     if not cfg.get("checkpoint"):
         raise ConfigError("action=export needs checkpoint=RUN_DIR (a directory written by action=train)")
-    fmt, quantize = str(cfg.export.get("format") or "native"), cfg.export.get("quantize")
-    if fmt not in FORMATS:
-        raise ConfigError(f"export.format must be one of {', '.join(FORMATS)}, got '{fmt}'")
-    if quantize is not None and fmt != "onnx":
-        raise ConfigError(f"export.quantize={quantize} quantizes an ONNX export: add export.format=onnx")
+    exporter = exporter_for(cfg.export)
     model_dir = checkpoint_model_dir(cfg.checkpoint)
-    out_dir = str(cfg.export.get("dir") or os.path.join(run_dir, "onnx" if fmt == "onnx" else "hf"))
+    out_dir = str(cfg.export.get("dir") or os.path.join(run_dir, exporter.default_dir))
     check_destination(out_dir, model_dir, bool(cfg.export.get("overwrite")))
     saved = read_spec(model_dir)
 
@@ -40,16 +57,8 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
                                 str(cfg.export.get("license") or "unknown"), cfg.export.get("push_to_hub"), folder=folder)
         res["model_card"] = os.path.join(out_dir, os.path.basename(card))
 
-    if fmt == "onnx":
-        res = export_onnx_directory(model_dir, out_dir, quantize, finish)
-        use = f"python run.py action=predict checkpoint={out_dir} (or action=serve)"
-    else:
-        res = export_directory(model_dir, out_dir, finish)
-        use = (f"transformers.pipeline(\"{res['pipeline']}\", model=\"{out_dir}\")" if res["pipeline"] else
-               f"transformers.{res['native_class']}.from_pretrained(\"{out_dir}\")")
-        if res.get("problem_type") == "multi_label_classification":
-            use = use[:-1] + ", top_k=None)  (a sigmoid per label; kotune's thresholds: config.kotune_thresholds)"
-    log(f"exported {res['native_class']} to {out_dir}: {use}")
+    res = exporter.export(model_dir, out_dir, {k: cfg.export.get(k) for k in exporter.options}, finish)
+    log(f"exported {res['native_class']} to {out_dir}: {exporter.usage(res, out_dir)}")
     if cfg.export.get("push_to_hub"):
         res["pushed"] = push_to_hub(out_dir, str(cfg.export.push_to_hub), bool(cfg.export.get("private")))
         log(f"pushed {out_dir} to {res['pushed']}")
