@@ -70,7 +70,7 @@ def next_word_scores(seed: int, cache: Path) -> dict[str, float]:
     """The next word as every word's head (the last word's: the root), the training split's most
     frequent relation as its label, on the same split."""
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
     from tasks.dp import fallback_heads
 
     cfg = compose(overrides("first", 1, seed, 1e-3, cache))

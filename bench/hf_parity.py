@@ -121,7 +121,9 @@ def hf_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, wo
     from kotune.build import make_collator, requested_max_length
     from kotune.training_args import training_arguments
     from tasks import build_task
-    from tasks.base import EncodeSettings, encode_cached, load_splits
+    from tasks.base import EncodeSettings
+    from tasks.encode_cache import encode_cached
+    from tasks.splits import load_splits
 
     cfg = compose(overrides_for(head, checkpoint, steps, seed, cache))
     task = build_task(cfg.task)

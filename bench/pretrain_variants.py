@@ -38,7 +38,7 @@ def main() -> None:
                    help="objective:attention_init, comma-separated")
     p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
     from bench.common import parse_with_smoke
-    from tasks.base import fingerprint
+    from tasks.encode_cache import fingerprint
 
     a = parse_with_smoke(p, {"steps": 4})
     mini = SMOKE_MINI if a.smoke else MINI

@@ -119,7 +119,7 @@ def pretrain_overrides(a, cache_dir: str) -> list[str]:
 
 def pretrain_dir(a, cache_dir: str) -> str:
     """The recipe's pretraining run directory (its model in ``model/``)."""
-    from tasks.base import fingerprint
+    from tasks.encode_cache import fingerprint
 
     return os.path.join(cache_dir, "pretrain_gain", fingerprint(pretrain_overrides(a, cache_dir))[:12])
 

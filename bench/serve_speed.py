@@ -206,7 +206,7 @@ def served_throughput(m: dict, texts: list[str], max_batch: int, threads: int, w
 
 def measure(m: dict, latency_n: int, threads: int) -> dict:
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     cfg = compose(m["common"])
     examples = load_splits(build_task(cfg.task), cfg.data, ("validation",), 42)["validation"].examples
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> dict:
         target = models[2] if len(models) > 2 else models[0]
         cfg = compose(target["common"])
         from tasks import build_task
-        from tasks.base import load_splits
+        from tasks.splits import load_splits
 
         texts = [e["text"] for e in load_splits(build_task(cfg.task), cfg.data, ("validation",), 42)["validation"].examples]
         served = {"model": target["name"], "n": len(texts),

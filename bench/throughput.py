@@ -71,7 +71,7 @@ from kotune.predict import predict  # noqa: E402
 from kotune.runtime import pad_multiple, quiet_libraries  # noqa: E402
 from kotune.trainer import make_trainer  # noqa: E402
 from kotune.training_args import training_arguments  # noqa: E402
-from tasks.base import Split  # noqa: E402
+from tasks.splits import Split  # noqa: E402
 from tasks.collate import length_order  # noqa: E402
 
 TASKS = {

@@ -14,7 +14,9 @@ from kotune.runtime import pad_multiple, seed_everything
 from kotune.runtimes import runtime_of
 from kotune.weighting import apply_class_weights, check_class_weights
 from tasks import build_task
-from tasks.base import EncodeSettings, Split, Task, encode_cached, load_splits, require_data_files
+from tasks.base import EncodeSettings, Task
+from tasks.encode_cache import encode_cached
+from tasks.splits import Split, load_splits, require_data_files
 from kotune.core.errors import ConfigError
 from kotune.core.log import log, warn
 
@@ -231,7 +233,7 @@ def use_frozen_cache(cfg: DictConfig, b: Built) -> None:
     """``mode.cache``: encode each split once with the frozen encoder; Trainer then reads the
     stored states (heads/feature_cache.py)."""
     from heads.feature_cache import CacheSettings, cached_inputs
-    from tasks.base import tokenizer_fingerprint
+    from tasks.encode_cache import tokenizer_fingerprint
 
     if not cfg.get("cache_dir"):
         raise ConfigError("mode.cache=true needs cache_dir=DIR (where frozen features are stored)")

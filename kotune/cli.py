@@ -15,7 +15,7 @@ from kotune.plugins import load_plugins, named_in, preset_names
 from kotune.overrides import bad_override, job_overrides, open_dict_overrides  # noqa: F401 (bench/ imports it here)
 from kotune.runtime import quiet_libraries, release_memory
 from kotune.sweeps import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
-from tasks.base import fingerprint
+from tasks.encode_cache import fingerprint
 from kotune.core.errors import KotuneError
 from kotune.core.files import mask_credentials_in_file
 from kotune.core.log import log

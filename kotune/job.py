@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from kotune.actions import ACTIONS
 from kotune.runtime import is_rank_zero, world_size
 from kotune.core.atomic_dir import clear_leftovers
-from tasks.base import fingerprint
+from tasks.encode_cache import fingerprint
 from kotune.core.errors import ConfigError, KotuneError
 from kotune.core.files import write_json_atomic
 from kotune.core.log import log

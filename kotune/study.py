@@ -64,7 +64,7 @@ def data_fingerprints(cfg, searched: set[str] | frozenset = frozenset()) -> dict
             continue
         path = data.get(f"{split}_file")
         if not path and data.get("source") == "sample":
-            from tasks.base import sample_file
+            from tasks.splits import sample_file
 
             try:
                 path = sample_file(cfg.task, split)

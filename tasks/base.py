@@ -1,4 +1,6 @@
-"""What every task provides, and the data plumbing they share (splits, holdout, encode cache).
+"""What every task provides: the Task protocol, its options and encode settings, and the names both
+sides of the model share (MODEL_INPUTS, IGNORE, a file's column roles). The data plumbing the tasks
+share lives beside it: tasks/splits.py (splits, holdout, folds), tasks/encode_cache.py (features on disk).
 
 A task turns files or hub rows into *examples* (plain dicts with an ``id``), examples into
 *features* (a ``datasets.Dataset`` holding the model inputs plus whatever decoding needs), model
@@ -6,22 +8,15 @@ outputs back into task outputs, and outputs into metrics. It never builds a modu
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from omegaconf import DictConfig, ListConfig
 
-from kotune.core.errors import ConfigError, DataError
-from tasks.folds import assign_folds, fold_selection, fold_settings, fold_stratum
-from tasks.io import ReadOptions, has_columns, load_hub_split
-from kotune.core.files import sha256_of
+from kotune.core.errors import ConfigError
 from kotune.core.log import log
+from tasks.io import ReadOptions, has_columns
 
-SAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # the label of a slot that is not scored (padding, specials, continuation subwords); the one definition.
 # Here, not in tasks/collate.py (torch): importing the tasks package does not load torch, so the command
@@ -55,22 +50,6 @@ def column_settings(data: DictConfig) -> dict[str, str | list[str]]:
         elif value is not None:
             out[role] = str(value)
     return out
-
-
-@dataclass
-class Split:
-    """Examples of one split and where they came from (for results.json)."""
-
-    examples: list[dict]
-    source: dict[str, Any]
-
-    @property
-    def where(self) -> str:
-        """The file (or hub dataset and split) the examples came from, for messages."""
-        src = self.source
-        if src.get("file"):
-            return str(src["file"])
-        return f"{src.get('hub', '?')}/{src.get('name')}:{src.get('split')}"
 
 
 @dataclass(frozen=True)
@@ -306,233 +285,3 @@ class Task:
         return {"name": self.name, "head": self.head, **({"head_options": self.head_options()} if self.head_options() else {}),
                 "labels": self.labels,
                 "main_metric": self.main_metric}
-
-
-# ---- splits ------------------------------------------------------------------------------
-def sample_file(task_cfg: DictConfig, split: str) -> str:
-    folder = os.path.join(SAMPLES_DIR, task_cfg.get("sample") or task_cfg.get("kind") or task_cfg.name)
-    stem = "train" if split == "train" else "dev"
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if name.split(".")[0] == stem:
-            return os.path.join(folder, name)
-    raise ConfigError(f"task {task_cfg.name} ships no sample {stem} file in {folder}")
-
-
-def require_data_files(data: DictConfig, need: tuple[str, ...]) -> None:
-    """The local files ``need`` reads exist, in the order load_splits reads them: checked before a
-    checkpoint's model loads, so a mistyped path is answered in a second, not after torch loads."""
-    keys = (["predict_file"] if "predict" in need else []) + \
-        (["train_file", "validation_file"] if {"train", "validation"} & set(need) else [])
-    for key in keys:
-        path = data.get(key)
-        if path and not os.path.exists(str(path)):
-            raise DataError(str(path), None, "file not found")
-
-
-def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) -> dict[str, Split]:
-    """Read the splits in ``need`` ('train', 'validation', 'predict'; 'select': where action=train
-    selects its checkpoint when not on the validation split) from files, samples or hub."""
-    files = {"train": data.get("train_file"), "validation": data.get("validation_file"),
-             "predict": data.get("predict_file")}
-    holdout = float(data.get("validation_split") or 0.0)
-    folds = fold_settings(data)  # (K, i) for data.folds=K data.fold=i, else None
-    selection = fold_selection(data)
-    wants = [s for s in ("train", "validation") if s in need]
-    if selection == "inner" and "train" in wants and "select" not in need:
-        raise ConfigError("data.fold_selection=inner holds out a slice of the training folds to select action=train's "
-                          "checkpoint on (train.select_best=true): drop it here")
-    if holdout and files["validation"] and wants:
-        raise ConfigError(f"data.validation_split={holdout} and data.validation_file={files['validation']} "
-                          "are both set: keep one (data.validation_file=null holds out part of the train file)")
-    if folds and wants and (holdout or files["validation"]):
-        other = f"data.validation_split={holdout}" if holdout else f"data.validation_file={files['validation']}"
-        raise ConfigError(f"data.folds={folds[0]} holds out fold {folds[1]} of data.train_file as the validation "
-                          f"split; {other} is set too: drop it")
-    if data.get("source") == "sample":  # the preset's files stand in for those not given
-        files["train"] = files["train"] or sample_file(task.cfg, "train")
-        if not holdout and not folds:
-            files["validation"] = files["validation"] or sample_file(task.cfg, "validation")
-    use_files = any(files[s] for s in ("train", "validation"))
-    task.reading = ReadOptions(data.get("format"), data.get("quoting"))
-    task.use_columns(data)
-    out: dict[str, Split] = {}
-
-    def from_file(path: str, labelled: bool = True) -> Split:
-        examples = task.read_file(path, labelled=labelled)
-        if not examples:  # a header alone, or blank lines: say so before any split or count
-            raise DataError(path, None, "no rows (the file holds no examples)")
-        return Split(examples, {"file": path, "sha256": sha256_of(path)})
-
-    def from_hub(split: str) -> Split:
-        hub = task.cfg.get("hub")
-        if not hub:
-            raise ConfigError(f"task {task.name} has no hub dataset: set data.train_file=... "
-                              "(and data.validation_file=...) or use data=sample")
-        ignored = [f"data.{DATA_COLUMNS[role]}={value}" for role, value in column_settings(data).items()]
-        ignored += [f"data.validation_split={holdout}"] if holdout else []
-        ignored += [f"data.folds={folds[0]}"] if folds else []
-        if ignored:
-            raise ConfigError(f"{ignored[0]} applies to local files, but {hub.path} ({hub.get('name')}) is read "
-                              "from the hub with its own columns and splits: add data.train_file=FILE or drop it")
-        rows, revision = load_hub_split(hub.path, hub.get("name"), split, data.get("revision"))
-        label = f"{hub.path}/{hub.get('name')}:{split}"
-        return Split(task.read_hub(rows, label), {"hub": hub.path, "name": hub.get("name"),
-                                                  "split": split, "revision": revision})
-
-    if "predict" in need:
-        if not files["predict"]:
-            raise ConfigError("action=predict needs data.predict_file=FILE")
-        out["predict"] = from_file(files["predict"], labelled=False)
-    if wants and use_files:
-        if "train" in wants and not files["train"]:
-            raise ConfigError("data.validation_file is set but data.train_file is not")
-        if files["train"] and ("train" in wants or not files["validation"]):
-            train = from_file(files["train"])
-            if files["validation"]:
-                out["train"] = train
-                if "validation" in wants:
-                    out["validation"] = from_file(files["validation"])
-            elif folds:
-                fold_seed = int(data.get("fold_seed") or 0)
-                stratify = data.get("fold_stratify", True)
-                out["train"], out["validation"] = _fold(train, *folds, fold_seed, task.split_group,
-                                                        (lambda ex: fold_stratum(task, ex)) if stratify else
-                                                        (lambda ex: None))
-                if selection == "inner" and "select" in need:  # checkpoints selected here, never on the fold scored
-                    out["train"], out["select"] = _holdout(out["train"], float(data.get("inner_split") or 0.1),
-                                                           fold_seed, task.split_group, name="select")
-            elif holdout > 0:
-                out["train"], out["validation"] = _holdout(train, holdout, seed, task.split_group)
-            else:
-                raise ConfigError("only data.train_file is given: add data.validation_file=FILE, "
-                                  "data.validation_split=0.2 to hold out a seeded fraction, or "
-                                  "data.folds=5 data.fold=0 for a cross-validation fold")
-        elif "validation" in wants:
-            out["validation"] = from_file(files["validation"])
-    elif wants:
-        for split in wants:
-            out[split] = from_hub("train" if split == "train" else data.get("hub_validation_split",
-                                                                           "validation"))
-    for split, limit in (("train", data.get("max_train_samples")),
-                         ("validation", data.get("max_eval_samples"))):
-        if split in out and limit:
-            out[split].examples = out[split].examples[: int(limit)]
-            out[split].source["max_samples"] = int(limit)
-    if "train" in out and task.tune_fraction:  # out of training, never the validation split's
-        out["train"], out["tune"] = _holdout(out["train"], task.tune_fraction, seed, task.split_group,
-                                             name="tune")
-    for split, s in out.items():
-        if not s.examples:
-            raise DataError(s.where, None, f"no examples in the {split} split")
-    return out
-
-
-def _holdout(train: Split, fraction: float, seed: int, group=lambda ex: None,
-             name: str = "validation") -> tuple[Split, Split]:
-    """A seeded ``fraction`` of whole groups (``Task.split_group``; rows without one are groups of
-    one, split exactly as a shuffle of the rows); ``name``: validation (``data.validation_split``)
-    or tune (a task's ``tune_fraction``) or select (``data.inner_split``, ``data.fold_selection=inner``)."""
-    option = {"validation": "data.validation_split", "tune": "task.tune_fraction", "select": "data.inner_split"}[name]
-    if not 0 < fraction < 1:
-        raise ConfigError(f"{option} must be between 0 and 1, got {fraction}")
-    groups: dict[Any, list[int]] = {}
-    for i, ex in enumerate(train.examples):
-        key = group(ex)
-        groups.setdefault(("row", i) if key is None else ("group", key), []).append(i)
-    order = list(groups.values())
-    random.Random(seed).shuffle(order)
-    target, val_idx = max(1, int(round(len(train.examples) * fraction))), []
-    for members in order:
-        if len(val_idx) >= target:
-            break
-        val_idx += members
-    if len(val_idx) == len(train.examples):
-        raise DataError(train.where, None, f"{option}={fraction}: the rows form {len(order)} "
-                                           "group(s), too few to hold some out and keep some for training")
-    held = set(val_idx)
-    keys = ({"validation_split": fraction, "split_seed": seed} if name == "validation"
-            else {f"{name}_split": fraction, f"{name}_split_seed": seed})
-    src = dict(train.source, **keys)
-    return (Split([ex for i, ex in enumerate(train.examples) if i not in held], dict(src, part="train")),
-            Split([ex for i, ex in enumerate(train.examples) if i in held],
-                  dict(src, part="held-out" if name == "validation" else name)))
-
-
-def _fold(train: Split, folds: int, fold: int, seed: int, group=lambda ex: None,
-          stratum=lambda ex: None) -> tuple[Split, Split]:
-    """Cross-validation: fold ``fold`` of ``folds`` (tasks/folds.py: whole groups, stratified by
-    ``stratum`` (the label), seeded by ``data.fold_seed``, the same partition for every fold and
-    training seed) is the validation split."""
-    assignment = assign_folds([group(ex) for ex in train.examples], folds, seed,
-                              [stratum(ex) for ex in train.examples])
-    if len(set(assignment)) < folds:
-        raise DataError(train.where, None, f"data.folds={folds}: the rows form {len(set(assignment))} group(s), "
-                                           f"fewer than the {folds} folds")
-    src = dict(train.source, folds=folds, fold=fold, fold_seed=seed)
-    return (Split([ex for ex, f in zip(train.examples, assignment) if f != fold], dict(src, part="train")),
-            Split([ex for ex, f in zip(train.examples, assignment) if f == fold], dict(src, part=f"fold {fold}")))
-
-
-def fingerprint(obj: Any) -> str:
-    """A stable hash of plain data (examples, settings)."""
-    blob = json.dumps(obj, ensure_ascii=False, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        state = json.loads(backend.to_str())
-        # truncation/padding are what the last call left behind, not the tokenizer's identity
-        state = json.dumps({k: v for k, v in state.items() if k not in ("truncation", "padding")}, sort_keys=True)
-    else:
-        state = json.dumps(tokenizer.get_vocab(), sort_keys=True)
-    return hashlib.sha256(f"{type(tokenizer).__name__}|{state}".encode()).hexdigest()
-
-
-ENCODE_VERSION = 1  # bump when an encoder's output changes, to invalidate cached features
-
-
-def encode_cached(task: Task, examples: list[dict], tokenizer, settings: EncodeSettings,
-                  cache_dir: str | None):
-    """Tokenize once: features are stored on disk keyed by examples, tokenizer and settings."""
-    import datasets
-
-    key = fingerprint({"v": ENCODE_VERSION, "task": type(task).__name__, "encode": task.encode_key(), "labels": task.labels,
-                       "examples": fingerprint(examples), "tok": tokenizer_fingerprint(tokenizer),
-                       "settings": settings.__dict__})[:24]
-    path = os.path.join(cache_dir, "features", f"{task.name}-{key}") if cache_dir else None
-    if path and os.path.exists(os.path.join(path, "dataset_info.json")):
-        try:
-            features = datasets.load_from_disk(path)
-            log(f"features: reused {len(features)} cached rows ({path})")
-            return features
-        except Exception as e:  # noqa: BLE001 - a broken cache is rebuilt, never fatal
-            log(f"warning: cached features at {path} unreadable ({e}); rebuilding")
-    features = task.encode(examples, tokenizer, settings)
-    if path:
-        tmp = f"{path}.tmp{os.getpid()}"
-        with _no_progress():
-            features.save_to_disk(tmp)
-        if os.path.exists(path):
-            import shutil
-            shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)
-        features = datasets.load_from_disk(path)
-    return features
-
-
-class _no_progress:
-    """Silence datasets' progress bars for bookkeeping steps (saving a cache is not news)."""
-
-    def __enter__(self):
-        import datasets
-
-        self.was = datasets.is_progress_bar_enabled()
-        datasets.disable_progress_bars()
-
-    def __exit__(self, *exc):
-        import datasets
-
-        if self.was:
-            datasets.enable_progress_bars()

@@ -218,7 +218,7 @@ def unlabelled_dev(task_name: str, dev: Path, out_dir: Path) -> Path:
 
 
 def sample(task_name: str, split: str) -> Path:
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
 
     return Path(sample_file(compose([f"task={task_name}"]).task, split))
 
@@ -471,7 +471,7 @@ def reference_qa_ceiling(task, examples: list[dict], tokenizer) -> dict:
 def test_ceiling_gives_the_reference_alignments_score_or_refuses_in_one_line(trained):
     from heads.encoder import load_tokenizer
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     task_name = trained["task"]
     res = job([*trained["options"], *TINY, "action=ceiling"], trained["root"] / "ceiling", trained["cache"])

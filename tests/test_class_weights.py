@@ -72,7 +72,7 @@ def test_the_heads_weigh_each_target_by_its_class():
 
 def test_balanced_weights_are_counted_logged_saved_and_kept_by_the_checkpoint(run_job, tmp_path, capsys):
     from tasks import build_task
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
 
     res = run_job(["task=text_cls", *TINY, "train.class_weights=balanced"], "balanced")
     assert res["status"] == "ok", res.get("error")

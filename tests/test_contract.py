@@ -13,7 +13,7 @@ TOKEN_FIXTURE = "서울\tB-LC\n에\tO\n갔다\tO\n\n김\tB-PS\n철수\tI-PS\n왔
 
 
 def sample_train_file(task_name: str, tmp_path) -> str:
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
     from kotune.core.errors import ConfigError
 
     try:

@@ -15,7 +15,7 @@ LABELS = ("entailment", "neutral", "contradiction")
 
 def splits(overrides: list[str], need=("train", "validation"), seed: int = 42):
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     cfg = compose(overrides)
     return load_splits(build_task(cfg.task), cfg.data, need, seed)
@@ -40,7 +40,7 @@ def test_sample_preset_holds_out_the_given_train_file_not_its_own_dev(tmp_path):
 
 
 def test_sample_preset_split_holds_out_part_of_the_sample_train_file():
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
 
     out = splits(["task=nli", "data=sample", "data.validation_split=0.25"])
     train_file = sample_file(compose(["task=nli"]).task, "train")

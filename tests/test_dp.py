@@ -12,7 +12,8 @@ import torch
 
 from conftest import compose, shared_path
 from tasks import build_task
-from tasks.base import EncodeSettings, load_splits
+from tasks.base import EncodeSettings
+from tasks.splits import load_splits
 from tasks.collate import IGNORE
 from tasks.dp import POS_TAGS, UNKNOWN_POS, fallback_heads, pos_id
 from kotune.core.errors import ConfigError, DataError

@@ -21,7 +21,7 @@ MODULES = ("klue_classification", "klue_sts", "klue_ner", "klue_mrc", "korquad",
 
 def dev_examples(task_name: str, path) -> list[dict]:
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     cfg = compose([f"task={task_name}", "data=sample", f"data.validation_file={path}"])
     return load_splits(build_task(cfg.task), cfg.data, ("validation",), 42)["validation"].examples
@@ -164,7 +164,7 @@ def test_re_module_equals_the_functions_and_the_task():
 
     cfg = compose(["task=re", "data=sample"])
     task = build_task(cfg.task)
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     examples = load_splits(task, cfg.data, ("validation",), 0)["validation"].examples * 20
     labels = list(task.labels)

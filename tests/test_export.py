@@ -175,7 +175,7 @@ def test_span_export_equals_kotune_and_serves_the_pipeline(run_job, tmp_path):
     answers = json.loads((tmp_path / "train" / "predictions.json").read_text())
 
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     cfg = compose(["task=korquad", *QA_DATA(data)])
     examples = load_splits(build_task(cfg.task), cfg.data, ("train", "validation"), 42)["validation"].examples

@@ -102,7 +102,7 @@ def grouped_file(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("group_column", [None, "writer"])
 def test_the_evaluation_folds_cover_the_training_data_once(tmp_path, group_column):
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     path = grouped_file(tmp_path)
     task = build_task(compose(["task=text_cls"]).task)
@@ -132,7 +132,7 @@ def test_the_evaluation_folds_cover_the_training_data_once(tmp_path, group_colum
 ])
 def test_folds_that_do_not_fit_are_one_line_errors(tmp_path, settings, error):
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
     from kotune.core.errors import KotuneError
 
     task = build_task(compose(["task=text_cls"]).task)
@@ -146,7 +146,7 @@ def test_fold_labels_follow_the_files_shares(tmp_path):
     """Through load_splits: each validation fold of the 41-row file (27 pos, 14 neg) holds 5 or 6
     pos and 2 or 3 neg."""
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     task = build_task(compose(["task=text_cls"]).task)
     for fold in range(5):

@@ -68,7 +68,7 @@ def test_tiny_end_to_end_on_samples(task, run_job, tmp_path):
     import hashlib
 
     from tasks import build_task
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
 
     task_cfg = compose([f"task={task}"]).task
     for split, key in (("train", "n_train"), ("validation", "n_eval")):
@@ -179,7 +179,7 @@ def test_holdout_is_seeded_and_disjoint():
     from omegaconf import OmegaConf
 
     from tasks import build_task
-    from tasks.base import load_splits, sample_file
+    from tasks.splits import load_splits, sample_file
 
     task = build_task(compose(["task=nli"]).task)
     data = OmegaConf.create({"train_file": sample_file(task.cfg, "train"), "validation_split": 0.25})
@@ -204,7 +204,7 @@ def test_custom_file_tasks_on_samples(task, extra, run_job):
     assert labels is None  # learned from the training file, then saved with the model
     saved = json.loads((Path(res["run_dir"]) / "model" / "kotune.json").read_text())
     from tasks import build_task
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
 
     cfg = compose([f"task={task}", "data=sample", *extra])
     built = build_task(cfg.task)
@@ -286,7 +286,7 @@ def test_predict_file_needs_no_label_column_but_training_files_do(tmp_path):
     from omegaconf import OmegaConf
 
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     texts = tmp_path / "texts.tsv"
     texts.write_text("text\n좋아요\n별로\n", encoding="utf-8")
@@ -298,7 +298,7 @@ def test_predict_file_needs_no_label_column_but_training_files_do(tmp_path):
 
 
 def test_split_names_its_file_or_hub_split_not_its_source_dict():
-    from tasks.base import Split
+    from tasks.splits import Split
 
     assert Split([], {"file": "/d/train.tsv", "sha256": "ab"}).where == "/d/train.tsv"
     assert Split([], {"hub": "klue/klue", "name": "nli", "split": "validation", "revision": None}).where == \
@@ -310,7 +310,7 @@ def test_holdout_keeps_an_nli_premise_on_one_side(tmp_path):
     from omegaconf import OmegaConf
 
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     rows = [{"guid": f"p{p}-{label}", "premise": f"전제 {p}", "hypothesis": f"가설 {p} {label}", "gold_label": label}
             for p in range(40) for label in ("entailment", "neutral", "contradiction")]

@@ -227,7 +227,7 @@ def test_frozen_encoder_is_bit_identical_after_training(cache, frozen_run, tmp_p
     saved = KotuneModel.load(str(tmp_path / "run" / "model"))
     cfg = compose(overrides + [f"cache_dir={base / 'cache'}"])
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     task = build_task(cfg.task)
     train = load_splits(task, cfg.data, ("train",), 42)["train"].examples

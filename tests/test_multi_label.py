@@ -138,7 +138,7 @@ def task_of(overrides: list[str]):
 def test_label_sets_from_lists_separated_cells_and_two_columns(tmp_path):
     from omegaconf import OmegaConf
 
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     jsonl = tmp_path / "a.jsonl"
     jsonl.write_text('{"text": "맛있어요", "labels": ["맛"]}\n{"text": "그냥 그래요", "labels": []}\n'
@@ -213,7 +213,7 @@ def test_tuned_thresholds_come_from_training_data_only_and_the_checkpoint_keeps_
     """threshold=tune holds a seeded slice of the training file out of training; the validation
     file's labels never change the thresholds; eval of the checkpoint decides with them; a number at
     eval decides as action=score re-deciding the saved probabilities at that number."""
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
 
     train_args = ["task=multi_label", *TINY, "train.max_steps=12", "train.learning_rate=3e-3", "task.threshold=tune"]
     first = run_job(train_args, "tuned")
@@ -313,7 +313,7 @@ def test_export_serves_the_pipeline_with_kotunes_probabilities_and_label_sets(ru
     assert thresholds == res["decision"]["thresholds"]
 
     records = [json.loads(line) for line in (tmp_path / "train" / "predictions.jsonl").read_text().splitlines()]
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
 
     dev = sample_file(compose(["task=multi_label"]).task, "validation")
     texts = [json.loads(line)["text"] for line in open(dev, encoding="utf-8")]

@@ -125,7 +125,7 @@ def test_a_checkpoint_without_the_new_records_still_loads(own_csv, tmp_path):
 def read(task: str, path: Path, overrides: list[str] = (), holdout: bool = False) -> list[dict]:
     """The examples of ``path`` read as the training file (``holdout``: half of it held out)."""
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     split = ["data.validation_split=0.5"] if holdout else [f"data.validation_file={path}"]
     cfg = compose([f"task={task}", f"data.train_file={path}", *split, *overrides])

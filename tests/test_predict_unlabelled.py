@@ -83,7 +83,7 @@ UNLABEL = {"ynat": json_list_unlabelled, "nli": json_list_unlabelled, "sts": jso
 
 
 def dev_file(setup: str) -> Path:
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
 
     given = [arg.split("=", 1)[1] for arg in SETUPS[setup] if arg.startswith("data.validation_file=")]
     return Path(given[0] if given else sample_file(compose(SETUPS[setup][:1]).task, "validation"))
@@ -195,7 +195,7 @@ def test_unlabelled_token_file_is_written_in_the_training_files_tag_scheme(tmp_p
 
 def test_null_answers_found_in_training_decode_an_unlabelled_file():
     from tasks import build_task
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
 
     task = build_task(compose(["task=qa"]).task)
     task.fit_labels(task.read_file(sample_file(compose(["task=mrc"]).task, "train")))  # has unanswerable questions

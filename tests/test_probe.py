@@ -130,7 +130,7 @@ def score_of_predictions(run_dir: Path, task_name: str, indices: list[int] | Non
     ``indices``), read back as action=score reads a prediction file."""
     from conftest import compose
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
     from tasks.score import align, read_predictions
 
     cfg = compose([f"task={task_name}", "data=sample"])

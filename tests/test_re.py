@@ -13,7 +13,8 @@ import torch
 from conftest import compose
 from heads.encoder import add_special_tokens, train_wordpiece
 from tasks import build_task
-from tasks.base import EncodeSettings, sample_file
+from tasks.base import EncodeSettings
+from tasks.splits import sample_file
 from tasks.re import KLUE_MARKERS, join_after_closing_markers, mark, special_frame
 from test_ner import wordpiece
 

@@ -17,7 +17,7 @@ def saved_encoder(tmp_path_factory):
     from transformers import BertConfig, BertModel
 
     from heads.encoder import train_wordpiece
-    from tasks.base import sample_file
+    from tasks.splits import sample_file
 
     texts = [json.dumps(row, ensure_ascii=False) for row in
              json.loads(open(sample_file(compose(["task=nli"]).task, "train"), encoding="utf-8").read())]

@@ -16,7 +16,7 @@ NLI_DEV = "data/klue/klue-nli-v1.1_dev.json"
 
 def gold(task: str, path) -> list[dict]:
     from tasks import build_task
-    from tasks.base import load_splits
+    from tasks.splits import load_splits
 
     cfg = compose([f"task={task}", "data=sample", f"data.validation_file={path}"])
     return load_splits(build_task(cfg.task), cfg.data, ("validation",), 42)["validation"].examples

@@ -7,7 +7,9 @@ from omegaconf import DictConfig
 
 from kotune.build import load_encoder_side
 from tasks import build_task
-from tasks.base import EncodeSettings, encode_cached, load_splits
+from tasks.base import EncodeSettings
+from tasks.encode_cache import encode_cached
+from tasks.splits import load_splits
 from kotune.core.log import log
 
 

@@ -7,7 +7,7 @@ import os
 from omegaconf import DictConfig
 
 from tasks import build_task
-from tasks.base import load_splits
+from tasks.splits import load_splits
 from kotune.core.errors import ConfigError
 from tasks.score import align, read_predictions
 
