@@ -1,10 +1,10 @@
 """What each task family reports — the one place every task's named metrics come from — computed
-from tasks/metrics.py's pure functions. The training path (``Task.score``), ``action=score`` and the
-``evaluate`` modules (tasks/evaluate_metrics/) all call these, so a score is the same number
-whichever way it is computed."""
+from the pure functions of tasks/metrics.py (labels) and tasks/metrics_spans.py (entities,
+answers). The training path (``Task.score``), ``action=score`` and the ``evaluate`` modules
+(tasks/evaluate_metrics/) all call these, so a score is the same number whichever way it is computed."""
 from __future__ import annotations
 
-from tasks import metrics
+from tasks import metrics, metrics_spans
 
 
 def classification_scores(predictions: list, references: list, labels: list | None = None) -> dict[str, float]:
@@ -35,9 +35,9 @@ def klue_ner_scores(predictions: list[list[str]], references: list[list[str]],
         keep = [[k for k, c in enumerate(units) if not c.isspace()] for units in chars]
         kept_pred = [[p[k] for k in ks] for p, ks in zip(predictions, keep)]
         kept_gold = [[g[k] for k in ks] for g, ks in zip(references, keep)]
-    out = metrics.ner_entity_f1(kept_pred, kept_gold)
-    out["char_f1"] = metrics.ner_char_f1(predictions, references, chars=chars)
-    out["char_f1_with_o"] = metrics.ner_char_f1(predictions, references, chars=chars, include_o=True)
+    out = metrics_spans.ner_entity_f1(kept_pred, kept_gold)
+    out["char_f1"] = metrics_spans.ner_char_f1(predictions, references, chars=chars)
+    out["char_f1_with_o"] = metrics_spans.ner_char_f1(predictions, references, chars=chars, include_o=True)
     return out
 
 
@@ -45,7 +45,7 @@ def tagging_scores(predictions: list[list[str]], references: list[list[str]], la
                    entities: bool = True) -> dict[str, float]:
     """Any per-unit tagging (``token_cls``): seqeval strict IOB2 entity F1 when the tags have a
     scheme (``entities``), tag accuracy and macro F1 over the tags other than O, ×100."""
-    out = metrics.ner_entity_f1(predictions, references) if entities else {}
+    out = metrics_spans.ner_entity_f1(predictions, references) if entities else {}
     flat_pred = [t for seq in predictions for t in seq]
     flat_gold = [t for seq in references for t in seq]
     out["tag_accuracy"] = metrics.accuracy(flat_pred, flat_gold)
@@ -56,14 +56,14 @@ def tagging_scores(predictions: list[list[str]], references: list[list[str]], la
 def korquad_scores(predictions: dict[str, str], references: dict[str, list[str]]) -> dict[str, float]:
     """KorQuAD 1.0 (its official evaluate-v1.0.py): exact match and character F1 ×100, ``{id: answer}``
     against ``{id: [gold answers]}``."""
-    return metrics.korquad_scores(predictions, references)
+    return metrics_spans.korquad_scores(predictions, references)
 
 
 def klue_mrc_scores(predictions: dict[str, str], references: dict[str, list[str]],
                     question_types: dict[str, int] | None = None) -> dict[str, float]:
     """KLUE MRC: exact match and ROUGE-W ×100 (an empty gold list: unanswerable), per question type
     when ``question_types`` are given."""
-    return metrics.klue_mrc_scores(predictions, references, question_types)
+    return metrics_spans.klue_mrc_scores(predictions, references, question_types)
 
 
 def klue_re_scores(predictions: list[str], references: list[str], labels: list[str],

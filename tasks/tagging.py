@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from tasks import metrics
+from tasks import metrics_spans
 from kotune.core.errors import DataError
 from tasks.io import open_text, text_lines
 from kotune.core.log import log
@@ -326,6 +326,6 @@ def predicted_entities(units: list[str], join: str, tags: list[str]) -> list[dic
 
 def entity_spans(tags: list[str], keep: list[int]) -> set[tuple[str, int, int]]:
     """Strict IOB2 entities (as scored: over the kept units) as (type, first unit, last unit + 1)
-    in unit indices; the same chunking as metrics.ner_entity_f1."""
-    chunks = metrics.strict_iob2_entities([tags[k] for k in keep], 0)
+    in unit indices; the same chunking as metrics_spans.ner_entity_f1."""
+    chunks = metrics_spans.strict_iob2_entities([tags[k] for k in keep], 0)
     return {(typ, keep[i], keep[j - 1] + 1) for _, typ, i, j in chunks}

@@ -83,7 +83,7 @@ def test_sts_module_equals_the_functions_on_klue_sts():
 
 @pytest.mark.slow
 def test_ner_module_equals_the_functions_on_klue_ner():
-    from tasks import build_task, metrics
+    from tasks import build_task, metrics_spans
     from tasks.evaluate_metrics import load_metric
 
     examples = dev_examples("ner", shared_path("data/klue/klue-ner-v1.1_dev.tsv"))[:1500]
@@ -93,16 +93,16 @@ def test_ner_module_equals_the_functions_on_klue_ner():
         tags = list(ex["tags"])
         for k, t in enumerate(tags):
             if t != "O" and rng.random() < 0.3:
-                tags[k] = "O" if rng.random() < 0.5 else t[:2] + rng.choice(metrics.NER_ENTITY_TYPES)
+                tags[k] = "O" if rng.random() < 0.5 else t[:2] + rng.choice(metrics_spans.NER_ENTITY_TYPES)
         preds.append(tags)
     golds = [ex["tags"] for ex in examples]
     chars = [ex["units"] for ex in examples]
     scores = load_metric("klue_ner").compute(predictions=preds, references=golds, chars=chars)
     keep = [[k for k, c in enumerate(u) if not c.isspace()] for u in chars]
-    expected = metrics.ner_entity_f1([[p[k] for k in ks] for p, ks in zip(preds, keep)],
+    expected = metrics_spans.ner_entity_f1([[p[k] for k in ks] for p, ks in zip(preds, keep)],
                                      [[g[k] for k in ks] for g, ks in zip(golds, keep)])
-    expected["char_f1"] = metrics.ner_char_f1(preds, golds, chars=chars)
-    expected["char_f1_with_o"] = metrics.ner_char_f1(preds, golds, chars=chars, include_o=True)
+    expected["char_f1"] = metrics_spans.ner_char_f1(preds, golds, chars=chars)
+    expected["char_f1_with_o"] = metrics_spans.ner_char_f1(preds, golds, chars=chars, include_o=True)
     assert_same(scores, expected)
     assert_same(scores, build_task(compose(["task=ner"]).task).score(preds, examples))
 
@@ -111,16 +111,16 @@ def test_ner_module_equals_the_functions_on_klue_ner():
 def test_qa_modules_equal_the_functions_on_korquad_and_combine(qa_data):
     import evaluate
 
-    from tasks import metrics
+    from tasks import metrics_spans
     from tasks.evaluate_metrics import load_metric, module_dir
 
     preds, refs = qa_data
     as_dicts = ({p["id"]: p["prediction_text"] for p in preds}, {r["id"]: r["answers"] for r in refs})
     korquad = load_metric("korquad").compute(predictions=preds, references=refs)
-    assert_same(korquad, metrics.korquad_scores(*as_dicts))
+    assert_same(korquad, metrics_spans.korquad_scores(*as_dicts))
     types = [1 + i % 3 for i in range(len(refs))]
     mrc = load_metric("klue_mrc").compute(predictions=preds, references=refs, question_types=types)
-    assert_same(mrc, metrics.klue_mrc_scores(*as_dicts, {r["id"]: t for r, t in zip(refs, types)}))
+    assert_same(mrc, metrics_spans.klue_mrc_scores(*as_dicts, {r["id"]: t for r, t in zip(refs, types)}))
     # both read SQuAD-shaped inputs: one combined evaluation scores a system with both definitions
     both = evaluate.combine([evaluate.load(module_dir("korquad")), evaluate.load(module_dir("klue_mrc"))],
                             force_prefix=True)

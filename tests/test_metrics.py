@@ -1,4 +1,4 @@
-"""Tests for tasks.metrics.
+"""Tests for tasks.metrics and tasks.metrics_spans.
 
 Golden values are worked out by hand in the comments; where sklearn / scipy /
 seqeval are installed the functions are also cross-checked against them, and
@@ -18,23 +18,25 @@ from collections import Counter
 import pytest
 
 from tasks.metrics import (
-    NER_ENTITY_TAGS,
     accuracy,
     binary_f1_at,
     klue_dp_scores,
+    klue_re_auprc,
+    klue_re_micro_f1,
+    macro_f1,
+    pearson,
+)
+from tasks.metrics_spans import (
+    NER_ENTITY_TAGS,
     klue_mrc_normalize,
     klue_mrc_rouge_w,
     klue_mrc_scores,
-    klue_re_auprc,
-    klue_re_micro_f1,
     korquad_em,
     korquad_f1,
     korquad_normalize,
     korquad_scores,
-    macro_f1,
     ner_char_f1,
     ner_entity_f1,
-    pearson,
 )
 
 approx = lambda v: pytest.approx(v, abs=1e-6)  # noqa: E731

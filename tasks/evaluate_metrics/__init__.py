@@ -7,7 +7,7 @@ and inputs live in ``FAMILIES`` below.
 Adding a family:
 
 1. write ``<name>_scores(predictions, references, **options) -> dict`` in tasks/metric_sets.py
-   (from tasks/metrics.py's pure functions) and let the task's ``score`` call it;
+   (from tasks/metrics.py's and tasks/metrics_spans.py's pure functions) and let the task's ``score`` call it;
 2. add ``FAMILIES["<name>"] = Family(compute, features, description, citation, inputs)`` here;
 3. create ``<name>/<name>.py`` here holding only::
 
