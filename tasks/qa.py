@@ -9,15 +9,14 @@ question, with the null answer where the task allows one → KorQuAD 1.0 / KLUE-
 ``task.decode``: ``token`` (answer edges are token edges; head ``span``) or ``char`` (answer edges
 are characters inside the edge tokens; head ``span_char``). Example ids, offsets and the window →
 question map stay in non-model columns of the features and never reach the model.
+
+Here: the task (reading checks, windows, scoring); tasks/qa_read.py reads the files and rows;
+tasks/qa_decode.py decodes windows' logits into answers and holds the ceiling's pieces.
 """
 from __future__ import annotations
 
-import math
 import os
-from collections import Counter
 from typing import Any, Iterable
-
-import numpy as np
 
 from kotune.core.registry import register_task
 from tasks import metric_sets
@@ -26,8 +25,10 @@ from kotune.core.errors import ConfigError, DataError, KotuneError
 from kotune.core.log import warn
 from tasks.io import read_json, read_records
 from kotune.core.files import write_json_atomic
+from tasks.qa_decode import (CeilingWindows, answer_fates, ceiling_report, choose_answer, gold_logits,
+                             span_candidates)
+from tasks.qa_read import read_example, squad_rows, target_span
 
-HIGH, LOW = 1.0e3, -1.0e3  # synthetic logits of the ceiling: gold vs everything else
 CHAR_INPUTS = ("char_token_index", "char_in_token")
 DECODE_ONLY = ("n_best", "max_answer_length", "null_threshold", "write_nbest", "metric",
                "main_metric", "greater_is_better", "max_length")  # max_length reaches encode via settings
@@ -77,41 +78,15 @@ class QATask(Task):
         data = read_json(path) if path.lower().endswith(".json") else None
         if isinstance(data, dict) and isinstance(data.get("data"), list) and \
                 all(isinstance(a, dict) and "paragraphs" in a for a in data["data"]):
-            rows = _squad_rows(path, data["data"])
+            rows = squad_rows(path, data["data"])
         else:  # flat rows: one question per JSON object / JSONL line, hub-like fields
             rows = [(where, row, row.get("context"), row.get("title")) for where, row in read_records(path, self.reading.format, self.reading.quoting)]
-        return self._check(path, [self._example(path, where, qa, context, title)
+        return self._check(path, [read_example(path, where, qa, context, title)
                                   for where, qa, context, title in rows])
 
     def read_hub(self, rows, path: str) -> list[dict]:
-        return self._check(path, [self._example(path, f"row {i}", row, row.get("context"), row.get("title"))
+        return self._check(path, [read_example(path, f"row {i}", row, row.get("context"), row.get("title"))
                                   for i, row in enumerate(rows)])
-
-    def _example(self, path: str, where: str, qa: dict, context: Any, title: Any) -> dict:
-        qid = qa.get("id", qa.get("guid"))
-        if qid is None or str(qid) == "":
-            raise DataError(path, where, f"missing field 'id' (or 'guid') (row has: {', '.join(sorted(qa))})")
-        qid = str(qid)
-        question = qa.get("question")
-        if not isinstance(question, str) or not question.strip():
-            raise DataError(path, qid, f"empty or missing question {question!r}")
-        if not isinstance(context, str) or not context.strip():
-            raise DataError(path, qid, f"empty or missing context {context!r}")
-        impossible = qa.get("is_impossible", False)
-        if not isinstance(impossible, (bool, int)) or impossible not in (0, 1):
-            raise DataError(path, qid, f"is_impossible must be true or false, got {impossible!r}")
-        qtype = qa.get("question_type")
-        if qtype is not None and (isinstance(qtype, bool) or not isinstance(qtype, int)):
-            raise DataError(path, qid, f"question_type must be an integer, got {qtype!r}")
-        # KLUE's MRC JSON: `plausible_answers` of unanswerable questions are never gold
-        listed = _answers(path, qid, qa.get("answers", []))
-        answers = [] if impossible else listed
-        for ans in answers:  # checked, never shifted: a mismatch is reported and not trained on
-            s, text = ans["answer_start"], ans["text"]
-            ans["valid"] = bool(text.strip()) and s >= 0 and context[s:s + len(text)] == text
-        return {"id": qid, "question": question, "context": context, "title": title or "",
-                "answers": answers, "impossible": bool(impossible), "question_type": qtype,
-                "had_answers_but_impossible": bool(impossible) and bool(listed)}
 
     def _check(self, path: str, examples: list[dict]) -> list[dict]:
         """File-level checks: unique ids, labels present, null answers allowed, answers matching."""
@@ -145,8 +120,8 @@ class QATask(Task):
         return ("question", "context")
 
     def request_examples(self, items: list[dict[str, str]], source: str = "request") -> list[dict]:
-        return self._check(source, [self._example(source, f"item {i}", {"id": f"item {i}", "question": item.get("question")},
-                                                  item.get("context"), None) for i, item in enumerate(items)])
+        return self._check(source, [read_example(source, f"item {i}", {"id": f"item {i}", "question": item.get("question")},
+                                                 item.get("context"), None) for i, item in enumerate(items)])
 
     def fit_labels(self, train: list[dict]) -> None:
         if not any(ex["labeled"] for ex in train):
@@ -253,87 +228,18 @@ class QATask(Task):
 
     # ---- decoding ------------------------------------------------------------------------
     def decode(self, predictions, features, examples: list[dict]) -> list[dict]:
-        """n-best spans per question over all its windows; the null answer ("") when allowed
-        and ``min null score - best span score > null_threshold`` (SQuAD v2's rule)."""
-        if not isinstance(predictions, (tuple, list)) or len(predictions) < 2:
-            raise KotuneError("QA decoding expects (start logits, end logits) from the span head")
-        start_logits, end_logits = np.asarray(predictions[0]), np.asarray(predictions[1])
-        char = self.decode_mode == "char"
-        example_index = list(features["example_index"])
-        if char:
-            positions = list(features["char_position"])
-            token_of = list(features["char_token_index"])
-        else:
-            positions = list(zip(features["token_start"], features["token_end"]))
-        width = max((len(p) if char else len(p[0])) for p in positions)
-        if start_logits.shape[0] != len(example_index) or start_logits.shape[1] < width:
-            raise KotuneError(f"predictions have shape {start_logits.shape} but the features need "
-                              f"{len(example_index)} rows of up to {width} positions: was the model trained "
-                              f"with another task.decode (now '{self.decode_mode}')?")
-        candidates: list[dict[tuple[int, int], float]] = [{} for _ in examples]
-        null_score = [math.inf] * len(examples)
-        n = self.n_best
-        for i, ex_i in enumerate(example_index):
-            context = examples[ex_i]["context"]
-            if char:
-                pos = np.asarray(positions[i])
-                tok = np.asarray(token_of[i])
-                usable = pos >= 0
-            else:
-                t_start, t_end = np.asarray(positions[i][0]), np.asarray(positions[i][1])
-                usable = t_start >= 0
-            length = len(usable)
-            s, e = start_logits[i, :length].astype(np.float64), end_logits[i, :length].astype(np.float64)
-            null_score[ex_i] = min(null_score[ex_i], s[0] + e[0])
-            where = np.flatnonzero(usable)
-            if where.size == 0:
-                continue
-            top_s = where[np.argsort(-s[where], kind="stable")[:n]]
-            top_e = where[np.argsort(-e[where], kind="stable")[:n]]
-            ss, ee = np.meshgrid(top_s, top_e, indexing="ij")
-            if char:
-                span_tokens = tok[ee] - tok[ss] + 1
-            else:
-                span_tokens = ee - ss + 1
-            ok = (ee >= ss) & (span_tokens <= self.max_answer_length)
-            scores = s[ss] + e[ee]
-            best = candidates[ex_i]
-            for a, b, score in zip(ss[ok].tolist(), ee[ok].tolist(), scores[ok].tolist()):
-                span = (int(pos[a]), int(pos[b]) + 1) if char else (int(t_start[a]), int(t_end[b]))
-                if span[1] <= span[0] or span[1] > len(context):
-                    continue
-                if score > best.get(span, -math.inf):  # the same span seen from overlapping windows
-                    best[span] = score
+        """n-best spans per question over all its windows (tasks/qa_decode.py); the null answer ("")
+        when allowed and ``min null score - best span score > null_threshold`` (SQuAD v2's rule)."""
+        candidates, null_score = span_candidates(predictions, features, examples, self.decode_mode, self.n_best,
+                                                 self.max_answer_length)
         allow_null = self._null_allowed(examples)
-        return [self._choose(ex, candidates[k], null_score[k], allow_null) for k, ex in enumerate(examples)]
-
-    def _choose(self, ex: dict, spans: dict[tuple[int, int], float], null_score: float, allow_null: bool) -> dict:
-        ranked = sorted(spans.items(), key=lambda kv: -kv[1])[: self.n_best]
-        nbest = [{"text": ex["context"][s:e], "start": s, "end": e, "score": score} for (s, e), score in ranked]
-        out: dict[str, Any] = {"answer": "", "start": None}
-        if allow_null:
-            best = nbest[0]["score"] if nbest else -math.inf
-            out["null_score_diff"] = (null_score - best) if nbest and math.isfinite(null_score) else None
-            if nbest and not null_score - best > self.null_threshold:
-                out.update(answer=nbest[0]["text"], start=nbest[0]["start"])
-            nbest = nbest + [{"text": "", "start": None, "end": None, "score": null_score}]
-            nbest.sort(key=lambda c: -c["score"])
-            nbest = nbest[: self.n_best]
-        elif nbest:
-            out.update(answer=nbest[0]["text"], start=nbest[0]["start"])
-        if nbest:  # probabilities over the n-best list, as the SQuAD n-best files give them
-            top = max(c["score"] for c in nbest)
-            weights = [math.exp(c["score"] - top) for c in nbest]
-            for c, w in zip(nbest, weights):
-                c["probability"] = w / sum(weights)
-        out["nbest"] = nbest
-        return out
+        return [choose_answer(ex, candidates[k], null_score[k], allow_null, self.n_best, self.null_threshold)
+                for k, ex in enumerate(examples)]
 
     def _null_allowed(self, examples: list[dict]) -> bool:
         if self.allow_null is None:  # auto, and no training split seen (eval of a checkpoint)
             return any(ex["impossible"] for ex in examples)
         return self.allow_null
-
     # ---- scoring -------------------------------------------------------------------------
     def score(self, outputs: list[dict], examples: list[dict]) -> dict[str, float]:
         unlabeled = [ex["id"] for ex in examples if not ex["labeled"]]
@@ -379,146 +285,16 @@ class QATask(Task):
         """Gold answers through the same windows and the same decoding: synthetic logits that
         make the training target of every window (its gold span, or [CLS]) the only
         candidate. What is lost is lost to the windows, to ``max_answer_length``, or to answer
-        edges this decoding cannot express."""
-        targets = list(zip(features["start_positions"], features["end_positions"]))
-        example_index = list(features["example_index"])
-        char = self.decode_mode == "char"
-        token_start, token_end = list(features["token_start"]), list(features["token_end"])
-        token_of = list(features["char_token_index"]) if char else None
-        lengths = [len(p) for p in (token_of if char else token_start)]
-        start, end = (np.full((len(targets), max(lengths)), float(IGNORE)) for _ in range(2))
-        clipped = set()
-        for i, ((s, e), n) in enumerate(zip(targets, lengths)):
-            start[i, :n] = end[i, :n] = LOW
-            if s == IGNORE:
-                continue
-            start[i, s], end[i, e] = HIGH, HIGH
-            if char and s > 0:  # the head's offset classes stop at max_token_chars - 1: ties, as a model sees them
-                for logits, slot, from_end in ((start, s, False), (end, e, True)):
-                    tied = self._tied_slots(token_of[i], slot, from_end)
-                    if len(tied) > 1:
-                        logits[i, tied] = HIGH
-                        clipped.add(example_index[i])
+        edges this decoding cannot express (tasks/qa_decode.py)."""
+        windows = CeilingWindows.of(features, self.decode_mode == "char")
+        start, end, clipped = gold_logits(windows, self.max_token_chars)
         outputs = self.decode((start, end), features, examples)
-
-        in_window, too_long, edge_inside = set(), set(), set()
-        for i, (s, e) in enumerate(targets):
-            if s in (IGNORE, 0):
-                continue
-            k = example_index[i]
-            first_tok, last_tok = (token_of[i][s], token_of[i][e]) if char else (s, e)
-            if last_tok - first_tok + 1 > self.max_answer_length:
-                too_long.add(k)
-                continue
-            in_window.add(k)
-            span = _target_span(examples[k])
-            if span[0] != token_start[i][first_tok] or span[1] != token_end[i][last_tok]:
-                edge_inside.add(k)
-        too_long -= in_window
-        answerable = [k for k, ex in enumerate(examples) if not ex["impossible"] and ex["labeled"]]
-        targetless = [k for k in answerable if _target_span(examples[k]) is None]
-        lost = [k for k in answerable if k not in in_window and k not in too_long and k not in targetless]
-        exact = sum(outputs[k]["answer"] == examples[k]["context"][slice(*_target_span(examples[k]))]
-                    for k in in_window)
+        fates = answer_fates(windows, examples, outputs, self.max_answer_length)
         result = self.score(outputs, examples)
-        inside = sorted(in_window | {k for k, ex in enumerate(examples) if ex["impossible"]})
+        inside = sorted(fates.in_window | {k for k, ex in enumerate(examples) if ex["impossible"]})
         inside_scores = self.score([outputs[k] for k in inside], [examples[k] for k in inside]) if inside else {}
-        n = len(examples)
-        report = {
-            "decode": self.decode_mode, "doc_stride": self.doc_stride, "max_answer_length": self.max_answer_length,
-            "questions": n, "answerable": len(answerable), "unanswerable": n - len(answerable),
-            "windows": len(targets), "max_windows_per_question": max(Counter(example_index).values()),
-            "answers_without_valid_target": len(targetless),
-            "answers_lost_to_windows": len(lost),
-            "answers_over_max_answer_length": len(too_long),
-            "answers_in_windows": len(in_window),
-            "answers_with_edge_inside_token": len(edge_inside),
-            "answers_with_edge_past_max_token_chars": len(clipped) if char else None,
-            "exact_string_in_windows": exact,
-            "metrics_in_windows": inside_scores,
-            "lost_ids": [examples[k]["id"] for k in lost][:20],
-        }
-        if char:
-            edge_note = (f"{len(edge_inside)} with an edge inside a token (decoded to the character; "
-                         f"{len(clipped)} past max_token_chars={self.max_token_chars})")
-        else:
-            edge_note = f"{len(edge_inside)} with an edge inside a token (token decoding returns whole tokens)"
-        report["lines"] = [
-            f"ceiling ({self.decode_mode} decoding): {n} questions ({len(answerable)} answerable), "
-            f"{len(targets)} windows (at most {report['max_windows_per_question']} per question)",
-            f"answers lost to windows: {len(lost)}; longer than max_answer_length={self.max_answer_length} "
-            f"tokens: {len(too_long)}; without a valid gold offset: {len(targetless)}",
-            f"answers inside windows: {len(in_window)}, {edge_note}; decoded string == gold: {exact}",
-            "metrics: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()),
-            "metrics on questions inside windows: " + ", ".join(f"{k} {v:.3f}" for k, v in inside_scores.items()),
-        ]
-        return result, report
-
-    def _tied_slots(self, token_of: list[int], slot: int, from_end: bool) -> list[int]:
-        """Slots of ``slot``'s token that the char head cannot tell apart from it: ranks past
-        max_token_chars - 1 (counted from the token's start, or from its end for end edges)."""
-        members = [j for j in range(len(token_of)) if token_of[j] == token_of[slot]]
-        if len(members) <= self.max_token_chars:
-            return [slot]
-        limit = self.max_token_chars - 1
-        cls = lambda j: min(members[-1] - j if from_end else j - members[0], limit)  # noqa: E731
-        return [j for j in members if cls(j) == cls(slot)]
-
-
+        return result, ceiling_report(self, windows, fates, clipped, examples, result, inside_scores)
 # ---- helpers (plain data) ----------------------------------------------------------------
-def _squad_rows(path: str, articles: list) -> list[tuple[str, dict, Any, Any]]:
-    rows = []
-    for a, article in enumerate(articles):
-        paragraphs = article.get("paragraphs")
-        if not isinstance(paragraphs, list):
-            raise DataError(path, f"data[{a}]", "'paragraphs' must be a list")
-        for p, paragraph in enumerate(paragraphs):
-            if not isinstance(paragraph, dict) or not isinstance(paragraph.get("qas"), list):
-                raise DataError(path, f"data[{a}].paragraphs[{p}]", "missing field 'qas' (a list)")
-            for q, qa in enumerate(paragraph["qas"]):
-                where = f"data[{a}].paragraphs[{p}].qas[{q}]"
-                if not isinstance(qa, dict):
-                    raise DataError(path, where, f"expected an object, got {type(qa).__name__}")
-                rows.append((where, qa, paragraph.get("context"), article.get("title")))
-    return rows
-
-
-def _answers(path: str, qid: str, raw: Any) -> list[dict]:
-    """Gold answers from a SQuAD list of {text, answer_start} or the hub's {text: [], answer_start: []}."""
-    if isinstance(raw, dict):  # hub: columns of lists
-        texts, starts = raw.get("text"), raw.get("answer_start")
-        if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
-            raise DataError(path, qid, "answers must hold lists 'text' and 'answer_start' of equal length")
-        raw = [{"text": t, "answer_start": s} for t, s in zip(texts, starts)]
-    if not isinstance(raw, list):
-        raise DataError(path, qid, f"answers must be a list, got {type(raw).__name__}")
-    out = []
-    for j, ans in enumerate(raw):
-        if not isinstance(ans, dict) or "text" not in ans or "answer_start" not in ans:
-            raise DataError(path, qid, f"answer {j}: missing field 'text' or 'answer_start'")
-        text, start = ans["text"], ans["answer_start"]
-        if not isinstance(text, str):
-            raise DataError(path, qid, f"answer {j}: text must be a string, got {text!r}")
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise DataError(path, qid, f"answer {j}: answer_start must be an integer, got {start!r}")
-        out.append({"text": text, "answer_start": start})
-    return out
-
-
-def _target_span(ex: dict) -> tuple[int, int] | None:
-    """The training target: the first valid gold answer as a character span, whitespace at its
-    edges left out (no token and no decoding ever produces an edge space)."""
-    for ans in ex["answers"]:
-        if ans["valid"]:
-            s, e = ans["answer_start"], ans["answer_start"] + len(ans["text"])
-            while s < e and ex["context"][s].isspace():
-                s += 1
-            while e > s and ex["context"][e - 1].isspace():
-                e -= 1
-            return s, e
-    return None
-
-
 def _token_target(ex: dict, starts: list[int], ends: list[int]) -> tuple[int, int]:
     """(start token, end token) of the answer in this window; (0, 0) ([CLS]) for unanswerable
     questions and windows that do not hold the whole answer; -100 when there is no usable
@@ -527,7 +303,7 @@ def _token_target(ex: dict, starts: list[int], ends: list[int]) -> tuple[int, in
         return IGNORE, IGNORE
     if ex["impossible"]:
         return 0, 0
-    span = _target_span(ex)
+    span = target_span(ex)
     if span is None:
         return IGNORE, IGNORE
     context = [k for k, s in enumerate(starts) if s >= 0]
@@ -563,7 +339,7 @@ def _char_target(ex: dict, token_gold: tuple[int, int], positions: list[int]) ->
     whether this window holds the answer."""
     if token_gold[0] in (IGNORE, 0):
         return token_gold
-    s, e = _target_span(ex)
+    s, e = target_span(ex)
     first = next((j for j in range(1, len(positions)) if positions[j] >= s), None)
     last = next((j for j in range(len(positions) - 1, 0, -1) if positions[j] < e), None)
     if first is None or last is None or last < first:
