@@ -7,7 +7,7 @@ import json
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, StrictStr
+from pydantic import BaseModel, ConfigDict, StrictStr, create_model
 
 from kotune.core.errors import DataError
 
@@ -49,20 +49,15 @@ def error_body(message: str, **extra) -> bytes:
 
 
 # ---- requests -------------------------------------------------------------------------------
-class Item(BaseModel):
-    """One input: the fields of the served task (``Task.request_fields``); strings only."""
-
-    model_config = ConfigDict(extra="forbid")
-    text: StrictStr | None = None
-    text_pair: StrictStr | None = None
-    question: StrictStr | None = None
-    context: StrictStr | None = None
-
-
-class PredictRequest(Item):
-    """One input, or a list of them in ``inputs`` (the OpenAPI schema of ``POST /predict``)."""
-
-    inputs: list[Item | StrictStr] | None = None
+def request_model(fields: tuple[str, ...]) -> type[BaseModel]:
+    """The OpenAPI schema of ``POST /predict`` for a task: one input with the task's own string fields
+    (``Task.request_fields``), or a list of them in ``inputs`` (plain strings too for a single-text task).
+    The body is checked by :func:`request_items`, which says what is wrong in one line."""
+    strict = ConfigDict(extra="forbid")
+    item = create_model("Item", __config__=strict, **{name: (StrictStr | None, None) for name in fields})
+    entry = item | StrictStr if tuple(fields) == ("text",) else item
+    return create_model("PredictRequest", __config__=strict, inputs=(list[entry] | None, None),  # type: ignore[valid-type]
+                        **{name: (StrictStr | None, None) for name in fields})
 
 
 def check_text(value: Any, name: str, max_chars: int) -> str | None:

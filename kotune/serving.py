@@ -32,14 +32,13 @@ from kotune.predict import BatchPredictor, predict_rows
 from kotune.runtimes import runtime_of
 from kotune.serve_batcher import Batcher
 from kotune.serve_guard import guard
-from kotune.serve_requests import (ItemFailed, PredictRequest, RequestError, ShuttingDown, data_error, error_body,
-                                   error_id, request_items)
+from kotune.serve_requests import (ItemFailed, RequestError, ShuttingDown, data_error, error_body,
+                                   error_id, request_items, request_model)
 from tasks import build_task
 from kotune.core.errors import ConfigError, DataError
 from kotune.core.log import log, logger, warn
 
 
-ECHOED = ("text", "text_pair", "question", "context")  # the inputs a record repeats; left out unless ?echo=true
 
 
 def servable(task) -> None:
@@ -211,12 +210,12 @@ def create_app(predictor, batcher: Batcher, max_items: int, max_body_bytes: int,
         if records is None:  # the client is gone: nobody reads this
             return Response(status_code=499)
         if not echo:
-            records = [{k: v for k, v in r.items() if k not in ECHOED} for r in records]
+            records = [{k: v for k, v in r.items() if k not in predictor.fields} for r in records]  # ?echo=true keeps them
         return records[0] if single else {"predictions": records}
 
     predict.__annotations__.update(request=Request, echo=bool)  # the body is read and checked above, by hand
     app.post("/predict", openapi_extra={"requestBody": {"required": True, "content": {
-        "application/json": {"schema": PredictRequest.model_json_schema()}}}})(predict)
+        "application/json": {"schema": request_model(predictor.fields).model_json_schema()}}}})(predict)
 
     return guard(app, max_body_bytes, body_timeout_s, api_key)
 

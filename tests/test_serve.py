@@ -499,3 +499,13 @@ def test_dropped_clients_and_a_shutdown_with_requests_in_flight(demo):
     assert results["status"] == "ok" and results["serve"]["refused"] == len(refused)
     assert results["serve"]["dropped"] == stats["dropped"]  # refused is not dropped
     assert results["config"]["serve"]["api_key"] == "***"
+
+
+def test_the_request_schema_is_built_from_the_task_fields():
+    """POST /predict's OpenAPI schema names the served task's own fields (Task.request_fields), no others."""
+    from kotune.serve_requests import request_model
+
+    for fields in (("text",), ("text", "text_pair"), ("question", "context")):
+        schema = request_model(fields).model_json_schema()
+        assert set(schema["properties"]) == {"inputs", *fields} and schema["additionalProperties"] is False
+        assert set(schema["$defs"]["Item"]["properties"]) == set(fields)
