@@ -16,11 +16,12 @@ covers — whatever the tokenizer did with [UNK], emoji, spaces or normalisation
   only when both neighbours are in it; characters past ``max_length`` are predicted O.
 * scoring (``score``): KLUE's two F1s on characters, whitespace left out as KLUE-baseline does.
 * ``ceiling``: the gold labels through exactly that alignment and decoding.
+
+The file layouts' readers are in tasks/ner_read.py; the alignment's pure pieces in tasks/tagging.py.
 """
 from __future__ import annotations
 
 import os
-from collections import Counter
 from typing import Any, Iterable
 
 import numpy as np
@@ -30,11 +31,11 @@ from tasks.base import IGNORE, EncodeSettings, Task, TaskOption
 from kotune.core.errors import ConfigError, DataError
 from tasks import metric_sets
 from kotune.core.log import log
+from tasks.ner_read import file_scheme, read_conll, read_klue_hub, read_klue_tsv, read_sentences
 from tasks.tagging import (BIO, DECODES, LABEL_SUBWORDS, LAYOUTS, SCHEME_ALIASES, SCHEMES, align, char_label, char_slots,
-                           continuation, detect_layout, detect_scheme, entity_spans, fill_uncovered, from_iob2,
-                           inside_sentence, is_label_slot, Layout, layout, location, orphan_and_space_checks,
-                           predicted_entities, read_lines, tag_parts, TagPresence, to_iob2, unit_tags, units_of,
-                           Warnings)
+                           continuation, detect_layout, fill_uncovered, from_iob2,
+                           inexpressible_entities, is_label_slot, Layout, layout, location, orphan_and_space_checks,
+                           predicted_entities, read_lines, to_iob2, unit_tags, units_of, Warnings)
 from tasks.transitions import bio_constraints, repair_bio
 
 
@@ -82,8 +83,11 @@ class TokenTask(Task):
         layout_name = self.layout if self.layout != "auto" else detect_layout(lines, self.is_comment, untagged_join)
         if self.layout == "auto":
             log(f"{path}: layout {layout_name} (detected; task.layout= overrides)")
-        read = self._read_sentences if layout_name == "sentence" else self._read_conll
-        return self._examples(path, read(path, lines, labelled), layout_name)
+        if layout_name == "sentence":
+            sentences = read_sentences(path, lines, labelled, self.join, self.is_comment)
+        else:
+            sentences = read_conll(path, lines, labelled, self.cfg.get("columns") or {}, self.join, self.is_comment)
+        return self._examples(path, sentences, layout_name)
 
     def is_comment(self, line: str) -> bool:
         comment = self.cfg.get("comment_prefix")
@@ -117,15 +121,7 @@ class TokenTask(Task):
         and ``task.scheme`` records it (saved with the model for untagged files)."""
         if self.scheme is not None or not sentences:
             return
-        tags = [t for _, _, tags, _ in sentences for t in tags]
-        scheme = detect_scheme(tags)
-        if scheme is None:
-            suffix = sum(1 for t in tags if tag_parts(t, True)) > sum(1 for t in tags if tag_parts(t, False))
-            line, odd = next((n, t) for _, _, ts, ns in sentences for t, n in zip(ts, ns)
-                             if t != "O" and not tag_parts(t, suffix))
-            raise DataError(path, line, f"tag '{odd}' is not an entity tag like the others "
-                                        f"({'X-B' if suffix else 'B-X'}): fix it, or set task.scheme=none "
-                                        "to learn the tags as they are (no entity F1)")
+        scheme = file_scheme(path, sentences)
         self.scheme, self.scheme_from = scheme, f"detected in {path}"
         self.cfg.scheme = scheme
         if scheme == "none":
@@ -133,100 +129,6 @@ class TokenTask(Task):
         else:
             log(f"{path}: tag scheme {scheme} (detected; read as IOB2, predictions written back in it; "
                 "task.scheme= overrides)")
-
-    def _read_conll(self, path: str, lines: list[str], labelled: bool) -> list:
-        """One unit per line, columns split by tab (or by whitespace when the line has no tab),
-        blank line between sentences: (first line, units, tags, line of each unit) per sentence;
-        unlabelled, the unit alone on its line (tags None)."""
-        cols = self.cfg.get("columns") or {}
-        token_col, tag_col = int(cols.get("token", 0)), int(cols.get("tag", -1))
-        sentences: list = []
-        units: list[str] = []
-        tags: list[str] = []
-        unit_lines: list[int] = []
-        n_cols = None
-        presence = TagPresence(path)
-
-        def close():
-            if units:
-                sentences.append((unit_lines[0], list(units), list(tags) if tags else None, list(unit_lines)))
-            units.clear()
-            tags.clear()
-            unit_lines.clear()
-
-        for n, line in enumerate(lines, 1):
-            if not line.strip() and "\t" not in line:
-                if line and units and inside_sentence(lines, n, self.is_comment):
-                    if labelled or self.join:
-                        raise DataError(path, n, "no tag (a space character without its tag? a blank line "
-                                                 "between sentences must be empty)")
-                    presence.check(n, False)  # a space character of an untagged character file
-                    units.append(line)
-                    unit_lines.append(n)
-                    continue
-                close()
-                continue
-            if self.is_comment(line):
-                continue
-            row = line.split("\t") if "\t" in line else line.split()
-            if len(row) < 2 and labelled:
-                raise DataError(path, n, f"no tag (a unit{' or a space' if self.join == '' else ''} alone; "
-                                         f"expected UNIT<TAB>TAG)")
-            presence.check(n, len(row) >= 2)
-            if len(row) < 2:
-                units.append(row[0])
-                unit_lines.append(n)
-                continue
-            n_cols = n_cols or len(row)
-            try:
-                if len(row) != n_cols:
-                    raise IndexError
-                unit, tag = row[token_col], row[tag_col].strip()
-            except IndexError:
-                raise DataError(path, n, f"{len(row)} columns, expected {n_cols} (unit column "
-                                         f"{token_col}, tag column {tag_col})") from None
-            if not tag:
-                raise DataError(path, n, f"no tag (tag column {tag_col} is empty)")
-            if " " in tag:
-                raise DataError(path, n, f"tag {tag!r} holds spaces: one sentence per line? set task.layout=sentence")
-            if not unit or (self.join and unit.isspace()):
-                raise DataError(path, n, f"empty unit {unit!r}")
-            units.append(unit)
-            tags.append(tag)
-            unit_lines.append(n)
-        close()
-        return sentences
-
-    def _read_sentences(self, path: str, lines: list[str], labelled: bool) -> list:
-        """One sentence per line: space-separated words, a tab, as many space-separated tags;
-        unlabelled, the sentence alone (words for ``task.join=" "``, else characters; tags None)."""
-        sentences = []
-        presence = TagPresence(path)
-        for n, line in enumerate(lines, 1):
-            if not line.strip() or self.is_comment(line):
-                continue
-            if "\t" not in line and not labelled:
-                presence.check(n, False)
-                if sentences == []:  # the first plain sentence: say what a tag will belong to
-                    log(f"{path}: plain sentences: a tag per {'word, split on spaces' if self.join else 'character'} "
-                        f"(task.join={self.join!r}); if the training file's units were segmented otherwise (e.g. "
-                        "morphemes), give the same units here, one per line")
-                units = units_of(line, self.join)
-                sentences.append((n, units, None, [n] * len(units)))
-                continue
-            presence.check(n, True)
-            if line.count("\t") != 1:
-                raise DataError(path, n, f"{line.count(chr(9))} tabs, expected 1 (task.layout=sentence: "
-                                         "WORDS<TAB>TAGS)")
-            words, tags = (part.split() for part in line.split("\t"))
-            if not words:
-                raise DataError(path, n, "no words before the tab")
-            if not tags:
-                raise DataError(path, n, "no tag")
-            if len(words) != len(tags):
-                raise DataError(path, n, f"{len(words)} words but {len(tags)} tags")
-            sentences.append((n, words, tags, [n] * len(words)))
-        return sentences
 
     def read_hub(self, rows, path: str) -> list[dict]:
         raise ConfigError(f"task {self.name} reads local files: set data.train_file=... data.validation_file=...")
@@ -455,51 +357,10 @@ class TokenTask(Task):
                 onehot[i, t, o_id if lab == IGNORE else lab] = 1.0  # -100 slots are never read
         outputs = self.decode(onehot, features, examples)
         scores = self.score(outputs, examples)
-        report = self._inexpressible(outputs, features, examples)
-        return scores, report
-
-    def _inexpressible(self, outputs: list[list[str]], features, examples: list[dict]) -> dict:
         meta = features.select_columns(["token_start", "token_end", "char_limit", "unk_spans"]).to_dict()
-        reasons: Counter = Counter()
-        shown: list[str] = []
-        n_gold = n_spurious = 0
-        for i, (out, ex) in enumerate(zip(outputs, examples)):
-            keep = self.scored_units(ex)
-            gold = entity_spans(ex["tags"], keep)
-            pred = entity_spans(out, keep)
-            n_gold += len(gold)
-            n_spurious += len(pred - gold)
-            lay = layout(ex["units"], self.join)
-            tokens = [(s, e) for s, e in zip(meta["token_start"][i], meta["token_end"][i]) if s >= 0]
-            unks = meta["unk_spans"][i]
-            unk_set = {(unks[k], unks[k + 1]) for k in range(0, len(unks), 2)}
-            covered = {c for s, e in tokens for c in range(s, e)}
-            for typ, u0, u1 in sorted(gold - pred, key=lambda x: x[1]):
-                c0 = lay.unit_first[u0]
-                c1 = lay.unit_first[u1 - 1] + len(ex["units"][u1 - 1].strip())
-                crossing = [(s, e) for s, e in tokens if s < c0 < e or s < c1 < e]
-                if c1 > meta["char_limit"][i]:
-                    why = "truncation (past max_length)"
-                elif any(tok in unk_set for tok in crossing):
-                    why = "boundary inside an [UNK] token"
-                elif crossing:
-                    why = "boundary inside a token"
-                elif any(c not in covered and not lay.text[c].isspace() for c in range(c0, c1)):
-                    why = "character dropped by the tokenizer"
-                else:
-                    why = "other (inconsistent gold tags)"
-                reasons[why] += 1
-                if len(shown) < 5:
-                    tok = ", ".join(repr(lay.text[s:e]) for s, e in crossing)
-                    shown.append(f"{ex['id']}: {lay.text[c0:c1]!r} ({typ}): {why}" + (f" {tok}" if tok else ""))
-        lost = sum(reasons.values())
-        lines = [f"ceiling ({self.decode_mode} decode): {lost} of {n_gold} gold entities inexpressible, "
-                 f"{n_spurious} spurious"]
-        lines += [f"  {n:6d}  {why}" for why, n in reasons.most_common()]
-        lines += [f"  e.g. {s}" for s in shown]
-        return {"decode": self.decode_mode, "gold_entities": n_gold, "inexpressible": lost,
-                "spurious": n_spurious, "reasons": dict(reasons), "examples": shown, "lines": lines}
-
+        report = inexpressible_entities(outputs, meta, examples, [self.scored_units(ex) for ex in examples],
+                                        self.join, self.decode_mode)
+        return scores, report
 
 @register_task("ner")
 class NerTask(TokenTask):
@@ -517,94 +378,16 @@ class NerTask(TokenTask):
         lines = read_lines(path)
         if not labelled and detect_layout(lines, self.is_comment, self.join) == "sentence":
             log(f"{path}: plain text, one sentence per line (no tabs)")
-            return self._examples(path, self._read_sentences(path, lines, labelled), "sentence")
-        warnings, examples, presence = Warnings(), [], TagPresence(path)
-        cur: dict | None = None
-        header: tuple[str, int] | None = None  # (guid, line) of the latest sentence header
-        header_used = True
-
-        def close():
-            nonlocal cur
-            if cur is not None:
-                examples.append(cur)
-            cur = None
-
-        def add(n: int, char: str, tag: str | None) -> None:
-            nonlocal cur, header_used
-            presence.check(n, tag is not None)
-            if cur is None:
-                guid = header[0] if header and not header_used else f"{os.path.basename(path)}:{n}"
-                header_used = True
-                cur = {"id": guid, "source": path, "line": n, "units": [], **({"tags": []} if tag is not None else {})}
-            cur["units"].append(char)
-            if tag is not None:
-                cur["tags"].append(tag)
-
-        for n, line in enumerate(lines, 1):
-            if self.is_comment(line):
-                close()
-                if "\t" in line:
-                    header, header_used = (line[2:].split("\t", 1)[0].strip(), n), False
-                continue
-            if "\t" not in line and not line.strip():
-                if line and cur is not None and inside_sentence(lines, n, self.is_comment):
-                    if labelled:
-                        raise DataError(path, n, "no tag (a space character without its tag? a blank "
-                                                 "line between sentences must be empty)")
-                    add(n, line, None)  # a space character of an untagged file
-                    continue
-                if cur is None and not header_used:
-                    warnings.warn("empty sentence", f"{path}:{header[1]}",
-                                  f"sentence {header[0]} has no characters (skipped)")
-                    header_used = True
-                close()
-                continue
-            row = line.split("\t")
-            if len(row) == 1 and not labelled:
-                add(n, line, None)
-                continue
-            if len(row) == 1 or not row[1].strip():
-                raise DataError(path, n, "no tag (expected CHAR<TAB>TAG)")
-            if len(row) != 2:
-                raise DataError(path, n, f"{len(row)} tab-separated columns, expected 2 (CHAR<TAB>TAG)")
-            char, tag = row[0], row[1].strip()
-            if not char:
-                raise DataError(path, n, "empty character column")
-            self._check_tag(path, n, tag)
-            add(n, char, tag)
-        close()
-        if cur is None and not header_used and header is not None:
-            warnings.warn("empty sentence", f"{path}:{header[1]}", f"sentence {header[0]} has no characters (skipped)")
-        for ex in examples:
-            if "tags" in ex:
-                orphan_and_space_checks(ex, warnings)
-        warnings.summary(path)
-        return examples
+            return self._examples(path, read_sentences(path, lines, labelled, self.join, self.is_comment), "sentence")
+        return read_klue_tsv(path, lines, labelled, self.is_comment, self._check_tag)
 
     def is_comment(self, line: str) -> bool:
         return line.startswith("##")
 
     def read_hub(self, rows, path: str) -> list[dict]:
         """Hub rows (``klue/klue`` ``ner``): ``tokens`` are characters (spaces included), ``ner_tags``
-        class ids translated by the hub's own label names."""
-        cols = self.cfg.hub.columns
-        names = rows.features[cols.tags].feature.names
-        warnings, examples = Warnings(), []
-        for i, row in enumerate(rows):
-            units, ids = row[cols.tokens], row[cols.tags]
-            if len(units) != len(ids):
-                raise DataError(path, f"row {i}", f"{len(units)} characters but {len(ids)} tags")
-            if not units:
-                warnings.warn("empty sentence", f"{path} row {i}", "no characters (skipped)")
-                continue
-            tags = [names[t] for t in ids]
-            for t in tags:
-                self._check_tag(path, f"row {i}", t)
-            ex = {"id": str(row.get("guid", i)), "source": path, "row": i, "units": list(units), "tags": tags}
-            orphan_and_space_checks(ex, warnings)
-            examples.append(ex)
-        warnings.summary(path)
-        return examples
+        class ids translated by the hub's own label names (tasks/ner_read.py)."""
+        return read_klue_hub(rows, path, self.cfg.hub.columns, self._check_tag)
 
     def score(self, outputs: list[list[str]], examples: list[dict]) -> dict[str, float]:
         """KLUE's NER metrics on characters, whitespace left out: seqeval strict IOB2 entity F1

@@ -329,3 +329,49 @@ def entity_spans(tags: list[str], keep: list[int]) -> set[tuple[str, int, int]]:
     in unit indices; the same chunking as metrics_spans.ner_entity_f1."""
     chunks = metrics_spans.strict_iob2_entities([tags[k] for k in keep], 0)
     return {(typ, keep[i], keep[j - 1] + 1) for _, typ, i, j in chunks}
+
+
+def inexpressible_entities(outputs: list[list[str]], meta: dict, examples: list[dict], kept: list[list[int]],
+                           join: str, decode_mode: str) -> dict:
+    """The ceiling's report of gold entities the decoded gold labels lose, and why: ``meta`` holds the
+    features' token_start, token_end, char_limit and unk_spans columns; ``kept``, each example's
+    scored units (tasks/ner.py's TokenTask.ceiling)."""
+    reasons: Counter = Counter()
+    shown: list[str] = []
+    n_gold = n_spurious = 0
+    for i, (out, ex) in enumerate(zip(outputs, examples)):
+        keep = kept[i]
+        gold = entity_spans(ex["tags"], keep)
+        pred = entity_spans(out, keep)
+        n_gold += len(gold)
+        n_spurious += len(pred - gold)
+        lay = layout(ex["units"], join)
+        tokens = [(s, e) for s, e in zip(meta["token_start"][i], meta["token_end"][i]) if s >= 0]
+        unks = meta["unk_spans"][i]
+        unk_set = {(unks[k], unks[k + 1]) for k in range(0, len(unks), 2)}
+        covered = {c for s, e in tokens for c in range(s, e)}
+        for typ, u0, u1 in sorted(gold - pred, key=lambda x: x[1]):
+            c0 = lay.unit_first[u0]
+            c1 = lay.unit_first[u1 - 1] + len(ex["units"][u1 - 1].strip())
+            crossing = [(s, e) for s, e in tokens if s < c0 < e or s < c1 < e]
+            if c1 > meta["char_limit"][i]:
+                why = "truncation (past max_length)"
+            elif any(tok in unk_set for tok in crossing):
+                why = "boundary inside an [UNK] token"
+            elif crossing:
+                why = "boundary inside a token"
+            elif any(c not in covered and not lay.text[c].isspace() for c in range(c0, c1)):
+                why = "character dropped by the tokenizer"
+            else:
+                why = "other (inconsistent gold tags)"
+            reasons[why] += 1
+            if len(shown) < 5:
+                tok = ", ".join(repr(lay.text[s:e]) for s, e in crossing)
+                shown.append(f"{ex['id']}: {lay.text[c0:c1]!r} ({typ}): {why}" + (f" {tok}" if tok else ""))
+    lost = sum(reasons.values())
+    lines = [f"ceiling ({decode_mode} decode): {lost} of {n_gold} gold entities inexpressible, "
+             f"{n_spurious} spurious"]
+    lines += [f"  {n:6d}  {why}" for why, n in reasons.most_common()]
+    lines += [f"  e.g. {s}" for s in shown]
+    return {"decode": decode_mode, "gold_entities": n_gold, "inexpressible": lost,
+            "spurious": n_spurious, "reasons": dict(reasons), "examples": shown, "lines": lines}
