@@ -83,7 +83,7 @@ def logit_parity(head: str, checkpoint: Path, cache: Path) -> float:
     import torch
 
     from kotune.build import build, make_collator
-    from heads.export import head_key_map
+    from kotune.export.native import head_key_map
 
     cfg = compose(overrides_for(head, checkpoint, 1, 0, cache))
     b = build(cfg, ("train", "validation"))

@@ -68,7 +68,7 @@ def initial_model(a, pretrain_dir: str, model_dir: str) -> str:
     is the pretraining's and not its init's."""
     from transformers import AutoTokenizer
 
-    from heads.mlm import load_mlm_model
+    from heads.model.mlm import load_mlm_model
 
     path = os.path.join(pretrain_dir, "initial")
     if not os.path.exists(os.path.join(path, "config.json")):

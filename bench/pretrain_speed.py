@@ -147,7 +147,7 @@ def paired_ratios(initial, tokenizer, rows: list[dict], batch: int, steps: int) 
     from omegaconf import OmegaConf
 
     from bench.common import timed
-    from heads.mlm import masked_lm_loss
+    from heads.model.mlm import masked_lm_loss
     from tasks import pretrain
 
     collator = pretrain.training_collator(tokenizer, OmegaConf.create({"mlm_probability": 0.15, "whole_word": False}), 0)
@@ -175,7 +175,7 @@ def step0_losses(model, tokenizer, rows: list[dict]) -> tuple[float, float]:
     import torch
     from omegaconf import OmegaConf
 
-    from heads.mlm import masked_lm_loss
+    from heads.model.mlm import masked_lm_loss
     from tasks import pretrain
 
     collator = pretrain.training_collator(tokenizer, OmegaConf.create({"mlm_probability": 0.15, "whole_word": False}), 0)
@@ -193,7 +193,7 @@ def shape_setup(name: str, lines: list[str], cache_dir: str):
     import torch
     from transformers import AutoModelForMaskedLM, BertConfig, BertTokenizer
 
-    from heads.encoder import train_wordpiece
+    from heads.model.encoder import train_wordpiece
     from tasks import pretrain
 
     sizes, block, batch = SHAPES[name]

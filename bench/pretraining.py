@@ -248,7 +248,7 @@ def common_held_out(cfg, model_dir: str) -> dict:
     """The saved model (as ``AutoModelForMaskedLM``) on the packed blocks of the held-out lines."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from heads.mlm import mlm_metrics
+    from heads.model.mlm import mlm_metrics
     from tasks import pretrain
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

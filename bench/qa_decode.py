@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 
-from heads.encoder import load_tokenizer  # noqa: E402
+from heads.model.encoder import load_tokenizer  # noqa: E402
 from tasks import build_task  # noqa: E402
 from tasks.base import EncodeSettings  # noqa: E402
 

@@ -111,7 +111,7 @@ def run_kotune(m: dict, examples: list[dict], latency_n: int, threads: int, onnx
     """action=predict's path on the examples (encode, sorted batches, decode), then single requests."""
     from kotune.build import build
     from kotune.predict import predict_rows, predictor_for
-    from kotune.serving import Predictor
+    from kotune.serving.app import Predictor
 
     checkpoint = m["onnx"] if onnx_file else m["checkpoint"]
     cfg = compose([*m["common"], f"checkpoint={checkpoint}", "train.eval_batch_size=32", f"onnx.threads={threads}",

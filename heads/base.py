@@ -47,7 +47,7 @@ class Head(nn.Module):
     # the dropout of the native twin when train.head_dropout is unset: None reads the encoder config's
     # classifier_dropout / hidden_dropout_prob; 0.0 for heads whose twin has none (QA's qa_outputs)
     native_dropout: ClassVar[float | None] = None
-    # BERT-style sequence heads are the pretrained pooler (heads/model.py hands it over)
+    # BERT-style sequence heads are the pretrained pooler (heads/model/kotune_model.py hands it over)
     takes_pooler: ClassVar[bool] = False
     # kinds written by older kotune that are this head with options: old kind → the options
     aliases: ClassVar[dict[str, dict[str, Any]]] = {}

@@ -1,5 +1,5 @@
 """The head registry (kotune.core.registry.HEADS), filled by importing kotune's own heads; kept apart
-from heads/__init__.py so that reading a checkpoint's JSON (heads/artifact.py) does not load torch.
+from heads/__init__.py so that reading a checkpoint's JSON (heads/model/artifact.py) does not load torch.
 
 Kinds written by older kotune (``pair``, ``token_char``, ``token_crf``, ``token_char_crf``,
 ``span_char``) are a head with options now: :func:`resolve` maps them (each head's ``aliases``), so

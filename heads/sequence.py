@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from heads.base import NativeHead
-from heads.layers import check_pooling, pool
+from heads.model.layers import check_pooling, pool
 from heads.loss import WeightedCrossEntropy
 from heads.native import init_new_layers
 from kotune.core.registry import register_head

@@ -12,11 +12,11 @@ trial beats a heartbeat; one whose worker was killed is marked failed by the nex
 (``fail_stale_trials``) and replaced. A failed job (kotune.cli's worst score, ±1e9) stays in
 the study, so the sampler learns to avoid it, but does not count as done.
 
-Also: the search space is Hydra's override grammar (kotune/search_space.py), checked against the
-composed config before the first trial, minus keys another setting makes no-ops (kotune/sweeps.py);
+Also: the search space is Hydra's override grammar (kotune/sweeps/search_space.py), checked against the
+composed config before the first trial, minus keys another setting makes no-ops (kotune/sweeps/naming.py);
 a study is one search (its space, data files' content and fixed overrides, not n_trials): a command
-with another search on its name is refused; the study and its heartbeats are kotune/study.py, ``n_jobs``'s
-workers kotune/sweep_workers.py; the direction follows the task; job numbers (and so trial directories) follow the trial numbers;
+with another search on its name is refused; the study and its heartbeats are kotune/sweeps/study.py, ``n_jobs``'s
+workers kotune/sweeps/workers.py; the direction follows the task; job numbers (and so trial directories) follow the trial numbers;
 at the end the best trial's score and config go to ``best_trial.yaml`` in the sweep directory.
 """
 from __future__ import annotations
@@ -35,11 +35,11 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.search_space import check_search_keys, search_keys, search_space
-from kotune.study import (Heartbeat, check_same_search, counts_as_done, data_fingerprints, open_study,
+from kotune.sweeps.search_space import check_search_keys, search_keys, search_space
+from kotune.sweeps.study import (Heartbeat, check_same_search, counts_as_done, data_fingerprints, open_study,
                           search_overrides)
-from kotune.sweep_workers import WORKER_ENV, n_workers, run_workers
-from kotune.sweeps import drop_shadowed
+from kotune.sweeps.workers import WORKER_ENV, n_workers, run_workers
+from kotune.sweeps.naming import drop_shadowed
 from kotune.core.redact import mask_credentials
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class KotuneOptunaSweeper(Sweeper):
         self.n_trials, self.pruner = int(self.n_trials), str(self.pruner)
 
     def sweep(self, arguments: list[str]) -> None:
-        from kotune import pruning
+        from kotune.sweeps import pruning
 
         cfg = self.config
         check_search_keys(cfg, search_keys(self.params, arguments))
@@ -177,7 +177,7 @@ class KotuneOptunaSweeper(Sweeper):
         """Sample, run and tell an asked trial (or tell it surplus: False)."""
         from optuna.trial import TrialState
 
-        from kotune import pruning
+        from kotune.sweeps import pruning
 
         if sampler_cfg.get("seed") is not None and not sampler_cfg.get("_partial_"):
             # a seeded sampler starts its random draws over in every process: seeded by the trial's

@@ -43,7 +43,7 @@ def __getattr__(name: str):
     if name == "Head":
         from heads.base import Head
         return Head
-    if name in ("Exporter", "Runtime"):  # an export format, a runtime: heads/backends.py (no torch)
-        from heads import backends
+    if name in ("Exporter", "Runtime"):  # an export format, a runtime: kotune/core/backends.py (no torch)
+        from kotune.core import backends
         return getattr(backends, name)
     raise AttributeError(f"module 'kotune' has no attribute '{name}'")

@@ -29,7 +29,7 @@ def requested_max_length(cfg: DictConfig) -> int:
 
 
 def resolve_max_length(requested: int, encoder_config) -> int:
-    from heads.encoder import position_limit
+    from heads.model.encoder import position_limit
 
     limit = position_limit(encoder_config)
     if requested > limit:
@@ -39,7 +39,7 @@ def resolve_max_length(requested: int, encoder_config) -> int:
 
 
 def warn_unknown_hangul(tokenizer, texts) -> float:
-    from heads.encoder import unk_rate
+    from heads.model.encoder import unk_rate
 
     rate = unk_rate(tokenizer, texts)
     if rate > UNK_WARN_RATE:
@@ -67,13 +67,13 @@ class Encoder:
     token_type_ids: bool
     model: Any = None      # KotuneModel from a checkpoint
     encoder: Any = None    # a fresh encoder (pretrained or random) from cfg.model
-    base: Any = None       # mode=lora: what rebuilds the fresh encoder as built (heads.lora.base_record)
+    base: Any = None       # mode=lora: what rebuilds the fresh encoder as built (heads.model.lora.base_record)
 
 
 def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] | None,
                       weights: bool = True, onnx: bool = False) -> Encoder:
     """Tokenizer + encoder from ``checkpoint=`` (everything as saved) or from ``cfg.model``."""
-    from heads.encoder import add_special_tokens, build_config, load_encoder, load_tokenizer, uses_token_type_ids
+    from heads.model.encoder import add_special_tokens, build_config, load_encoder, load_tokenizer, uses_token_type_ids
 
     if cfg.get("checkpoint"):
         return load_checkpoint_side(cfg, task, onnx)
@@ -90,7 +90,7 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
                                head_kind=task.head if task is not None else None)
     base = None
     if encoder is not None and cfg.mode.get("lora"):  # recorded before a task's tokens grow the embeddings
-        from heads.lora import base_record
+        from heads.model.lora import base_record
 
         base = base_record(OmegaConf.to_container(cfg.model, resolve=True), encoder, int(cfg.train.seed))
     added = add_special_tokens(tokenizer, encoder, task.special_tokens if task is not None else ())  # RE's <subj>
@@ -105,21 +105,21 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
 
 def load_checkpoint_side(cfg: DictConfig, task: Task | None, onnx: bool = False) -> Encoder:
     """Everything as saved in ``checkpoint=``: a kotune checkpoint or, where the action only
-    predicts (``onnx``), an ONNX export run by onnxruntime (heads/onnx.py)."""
+    predicts (``onnx``), an ONNX export run by onnxruntime (kotune/export/onnx.py)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from heads.encoder import position_limit, uses_token_type_ids
-    from heads.onnx import is_onnx_export
+    from heads.model.encoder import position_limit, uses_token_type_ids
+    from kotune.export.onnx import is_onnx_export
 
     path = str(cfg.checkpoint)
     if onnx and is_onnx_export(path):
-        from heads.onnx import OnnxModel
+        from kotune.export.onnx import OnnxModel
 
         runtime = cfg.get("onnx") or {}
         model_dir, model = path, OnnxModel(path, runtime.get("file"), runtime.get("threads"))
         config = AutoConfig.from_pretrained(path)
     else:
-        from heads.model import KotuneModel
+        from heads.model.kotune_model import KotuneModel
 
         model_dir = checkpoint_model_dir(path)
         model = KotuneModel.load(model_dir)
@@ -135,10 +135,10 @@ def load_checkpoint_side(cfg: DictConfig, task: Task | None, onnx: bool = False)
 
 
 def lora_settings(cfg: DictConfig, loaded: Encoder) -> dict | None:
-    """``mode=lora``'s adapter settings for a fresh encoder (heads/lora.py), or None in other modes."""
+    """``mode=lora``'s adapter settings for a fresh encoder (heads/model/lora.py), or None in other modes."""
     if not cfg.mode.get("lora"):
         return None
-    from heads.lora import new_token_rows
+    from heads.model.lora import new_token_rows
 
     m = cfg.mode
     targets = m.get("target_modules")
@@ -168,7 +168,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     task = build_task(cfg.task)
     if cfg.get("checkpoint") and not new_head:
         # a checkpoint or data file that is not there: one line before torch and the model load
-        from heads.onnx import is_onnx_export
+        from kotune.export.onnx import is_onnx_export
 
         if not (onnx and is_onnx_export(str(cfg.checkpoint))):
             checkpoint_model_dir(str(cfg.checkpoint))
@@ -191,7 +191,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
                 task.check_labels(splits["validation"].examples, splits["validation"].where)
         # seeded (torch, transformers) once the data is read, on seeds of its own: a mistake there answers first
         seed_everything(int(cfg.train.seed))
-        from heads.model import KotuneModel
+        from heads.model.kotune_model import KotuneModel
 
         first = splits.get("train") or next(iter(splits.values()))
         loaded = load_encoder_side(cfg, task, task.training_texts(first.examples))
@@ -206,7 +206,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
         model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
                             layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"),
                             lora=lora_settings(cfg, loaded))
-    model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/windows.py)
+    model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/model/windows.py)
     fresh_head = not cfg.get("checkpoint") or new_head
     check_class_weights(cfg, model, task.name, fresh_head)
     settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
@@ -231,8 +231,8 @@ def plugin_record(task) -> dict:
 
 def use_frozen_cache(cfg: DictConfig, b: Built) -> None:
     """``mode.cache``: encode each split once with the frozen encoder; Trainer then reads the
-    stored states (heads/feature_cache.py)."""
-    from heads.feature_cache import CacheSettings, cached_inputs
+    stored states (heads/model/feature_cache.py)."""
+    from heads.model.feature_cache import CacheSettings, cached_inputs
     from tasks.encode_cache import tokenizer_fingerprint
 
     if not cfg.get("cache_dir"):

@@ -5,7 +5,7 @@ overrides name them (``checkpoint_overrides``, applied by the command line and
 ``kotune.overrides.compose`` before Hydra composes; the columns follow in kotune/build.py).
 
 Nothing read here reaches Hydra unchecked (docs/actions/checkpoints.md): the file is checked key by
-key (heads/artifact.py), the task and mode must be presets listed in conf/ and each task option one
+key (heads/model/artifact.py), the task and mode must be presets listed in conf/ and each task option one
 its task saves, of its preset's type, before any becomes an override; a name is never joined into a
 path. A checkpoint that fails is one line naming the file and the key (:class:`ArtifactError`)."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ SPEC_FILE = "kotune.json"
 def checkpoint_model_dir(path: str) -> str:
     """The saved kotune model of ``checkpoint=`` (the run directory or its ``model/``); an ONNX
     export is refused in one line (only predict, eval and serve read one: kotune/build.py)."""
-    from heads.onnx import is_onnx_export
+    from kotune.export.onnx import is_onnx_export
 
     for candidate in (path, os.path.join(path, "model")):
         settle(candidate)  # a save killed while swapping its directory in: the whole one back (kotune/core/atomic_dir.py)
@@ -40,10 +40,10 @@ def checkpoint_model_dir(path: str) -> str:
 def read_spec(path: str, registry: bool = True) -> dict:
     """The saved model's ``kotune.json`` (head, frozen, meta: task, labels, task options, ...), or
     an ONNX export's ``kotune_export.json`` (head and meta as saved), checked: every key as kotune
-    writes it (heads/artifact.py), its task and mode presets of conf/, its task options the task's,
+    writes it (heads/model/artifact.py), its task and mode presets of conf/, its task options the task's,
     no pickle-format weights; else one :class:`ArtifactError` line naming the file and the key."""
-    from heads.artifact import ArtifactError, check_export_spec, check_files, check_model_spec
-    from heads.onnx import EXPORT_FILE, is_onnx_export
+    from heads.model.artifact import ArtifactError, check_export_spec, check_files, check_model_spec
+    from kotune.export.onnx import EXPORT_FILE, is_onnx_export
 
     export = is_onnx_export(path)
     folder = path if export else checkpoint_model_dir(path)
@@ -85,8 +85,8 @@ def option_type_fits(value, preset) -> bool:
 def check_preset_names(spec, where: str) -> None:
     """The saved task and mode are presets (conf/task, conf/mode): anything else, a path above all,
     is one line listing them. The model name may be one of the user's own (``model.name``):
-    heads/artifact.py checks that it is a plain name; it becomes ``model=`` only when a preset."""
-    from heads.artifact import ArtifactError, shown
+    heads/model/artifact.py checks that it is a plain name; it becomes ``model=`` only when a preset."""
+    from heads.model.artifact import ArtifactError, shown
 
     from kotune.plugins import loaded
 
@@ -107,7 +107,7 @@ def check_task_options(spec: dict, where: str) -> None:
     """Each saved task option is one its task saves (``Task.saved_options``), of its preset's type."""
     from omegaconf import OmegaConf
 
-    from heads.artifact import ArtifactError, shown
+    from heads.model.artifact import ArtifactError, shown
     from tasks import TASKS
 
     meta = spec["meta"]
@@ -141,7 +141,7 @@ def hydra_value(value) -> str | None:
     """A saved scalar written as an override value that Hydra reads back as exactly that value
     (strings quoted: ``task.join=' '``; a quote, and backslashes before one, escaped); None for what
     an override cannot carry simply (lists, dicts, a string with ``${``, which OmegaConf would
-    resolve: heads/artifact.py refuses those in a checkpoint)."""
+    resolve: heads/model/artifact.py refuses those in a checkpoint)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -164,7 +164,7 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
     path = given.get("checkpoint", "")
     if not path or path == "null" or any(c in path for c in ",()"):
         return overrides
-    from heads.artifact import ArtifactError
+    from heads.model.artifact import ArtifactError
 
     try:
         # checked: a checkpoint kotune will not read is one line from here; its head kind and arguments

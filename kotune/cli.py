@@ -14,7 +14,7 @@ from kotune.job import execute, finished_results
 from kotune.plugins import load_plugins, named_in, preset_names
 from kotune.overrides import bad_override, job_overrides, open_dict_overrides  # noqa: F401 (bench/ imports it here)
 from kotune.runtime import quiet_libraries, release_memory
-from kotune.sweeps import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
+from kotune.sweeps.naming import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
 from tasks.encode_cache import fingerprint
 from kotune.core.errors import KotuneError
 from kotune.core.files import mask_credentials_in_file
@@ -132,7 +132,7 @@ def run() -> None:
     """``python run.py ARGS``: check and rewrite argv, then Hydra's main."""
     check_choices(sys.argv[1:])
     os.environ.setdefault("KOTUNE_SWEEP_ID", sweep_id(sys.argv[1:]))
-    os.environ[SWEPT_ENV] = ",".join(swept_keys(sys.argv[1:]))  # the job directories' names (kotune/sweeps.py)
+    os.environ[SWEPT_ENV] = ",".join(swept_keys(sys.argv[1:]))  # the job directories' names (kotune/sweeps/naming.py)
     try:
         argv = job_overrides(sys.argv[1:])  # checkpoint=: its kotune.json checked before Hydra reads any of it
     except KotuneError as e:

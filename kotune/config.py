@@ -9,7 +9,7 @@ import os
 from omegaconf import OmegaConf
 
 import kotune_data
-from kotune.sweeps import job_dir_name
+from kotune.sweeps.naming import job_dir_name
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 GROUPS = ("task", "model", "mode", "train", "data")  # the config groups a user picks on the command line

@@ -57,7 +57,7 @@ def execute(cfg: DictConfig, run_dir: str) -> dict:
         if cfg.action not in ACTIONS:
             raise ConfigError(f"unknown action '{cfg.action}' (choices: {', '.join(ACTIONS)})")
         results.update(ACTIONS[cfg.action](cfg, run_dir))
-        results["status"] = "pruned" if results.get("pruned") else "ok"  # a sweep's trial stopped early (kotune/pruning.py)
+        results["status"] = "pruned" if results.get("pruned") else "ok"  # a sweep's trial stopped early (kotune/sweeps/pruning.py)
     except KotuneError as e:
         results.update(status="failed", error=str(e), error_type=type(e).__name__)
     except Exception as e:  # noqa: BLE001 - a failed job still leaves a results file behind

@@ -3,7 +3,7 @@ restored before decoding), write predictions.jsonl, and build the results body t
 and predict share (every key always present).
 
 One path for every model: a checkpoint's batches run through ``Trainer.predict``, an ONNX export's
-(heads/onnx.py) and the server's (kotune/serving.py) through :class:`BatchPredictor`, which gives
+(kotune/export/onnx.py) and the server's (kotune/serving/app.py) through :class:`BatchPredictor`, which gives
 what ``Trainer.predict`` gives; the task's own decoding and records serve them all."""
 from __future__ import annotations
 

@@ -1,17 +1,17 @@
-"""What runs a loaded model's batches: the runtime its ``runtime`` attribute names (heads/backends.py's
+"""What runs a loaded model's batches: the runtime its ``runtime`` attribute names (kotune/core/backends.py's
 Runtime, registered with ``kotune.register_runtime``), asked by action=predict / eval
 (kotune/predict.py), the loader's mode check (kotune/build.py) and action=serve / ``kotune.load``
-(kotune/serving.py, kotune/api_predictor.py).
+(kotune/serving/app.py, kotune/api/predictor.py).
 
-``torch`` is kotune's own model (heads/model.py's KotuneModel), registered here: transformers'
+``torch`` is kotune's own model (heads/model/kotune_model.py's KotuneModel), registered here: transformers'
 Trainer runs it, and the server's batches go through :func:`torch_forward`. The others register
-beside their model classes: ``onnxruntime`` (heads/onnx.py) and ``transformers`` (kotune/api_native.py).
+beside their model classes: ``onnxruntime`` (kotune/export/onnx.py) and ``transformers`` (kotune/api/native.py).
 (kotune/runtime.py is another matter: where a job runs, its devices and ranks.)"""
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from heads.backends import Runtime
+from kotune.core.backends import Runtime
 from kotune.core.registry import RUNTIMES, register_runtime
 
 

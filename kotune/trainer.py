@@ -13,7 +13,9 @@ from omegaconf import DictConfig
 from torch.utils.data import SequentialSampler
 from transformers import PreTrainedModel, Trainer
 
-from kotune import early_stopping, pruning
+from kotune import early_stopping
+
+from kotune.sweeps import pruning
 from kotune.build import Built, make_collator
 from kotune.optim import check_layer_decay, parameter_groups
 from kotune.resume import COMPLETE, resume_identity
@@ -199,7 +201,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
 
 
 class PretrainingTrainer(KotuneTrainer):
-    """``action=pretrain``'s trainer: the loss is ``heads.mlm.masked_lm_loss`` (the MLM head at the
+    """``action=pretrain``'s trainer: the loss is ``heads.model.mlm.masked_lm_loss`` (the MLM head at the
     masked positions only; plus next-sentence prediction where the batch has it), and the training
     rows come in ``tasks.pretrain.EpochSampler``'s order, keyed for ``KeyedRows`` and ``KeyedMasking``
     (exact resume). The loss divides by the masked tokens (and sentence pairs) of the whole
@@ -211,12 +213,12 @@ class PretrainingTrainer(KotuneTrainer):
     replicas_compute_loss = False
 
     def loss_counts(self, batch: dict) -> torch.Tensor:
-        from heads.mlm import pretraining_counts
+        from heads.model.mlm import pretraining_counts
 
         return pretraining_counts(batch)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        from heads.mlm import masked_lm_loss
+        from heads.model.mlm import masked_lm_loss
 
         if return_outputs:  # Trainer's evaluation: the model's own loss (action=pretrain scores itself)
             return super().compute_loss(model, inputs, return_outputs)

@@ -83,7 +83,7 @@ class Task:
     # the task records in self.cfg what a requested ``auto`` resolved to in training, used for auto
     saved_options: dict[str, str] = {}
     # tokens the task's encoding needs as new vocabulary entries (KLUE RE's <subj> markers): the
-    # loader adds them to the tokenizer and resizes the encoder's embeddings (heads/encoder.py)
+    # loader adds them to the tokenizer and resizes the encoder's embeddings (heads/model/encoder.py)
     special_tokens: tuple[str, ...] = ()
     # task options only some tasks read, with what leaves them off: another task refuses them (tasks.build_task)
     own_options: dict[str, TaskOption] = {}

@@ -1,6 +1,6 @@
 """``action=embed``, the text side: read the texts, tokenize them with offsets, find a target
 word's tokens, and write ``embeddings.npy`` + ``index.jsonl`` (and the target's per-layer
-vectors with a cosine table). The vectors themselves come from heads/feature_cache.py.
+vectors with a cosine table). The vectors themselves come from heads/model/feature_cache.py.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 character offsets, pack them into full ``max_length`` blocks ([SEP] between lines, no padding) or,
 for next-sentence prediction, into BERT's sentence pairs (``nsp_pairs``), and build the library's masked-LM collator (whole-word masking over whitespace-separated words,
 Korean eojeol, decided from the offsets), with training masks keyed on the seed and the batch's
-place in training (exact resume). No modules here: the model is heads/mlm.py's.
+place in training (exact resume). No modules here: the model is heads/model/mlm.py's.
 """
 from __future__ import annotations
 

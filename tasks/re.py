@@ -15,7 +15,7 @@ entity of a sentence.
   - ``klue``: KLUE-baseline's scheme (klue_baseline/data/klue_re.py, ``KlueREProcessor``):
     ``<subj>이순신</subj>은 <obj>한산도</obj>에서 ...``, the four markers added to the vocabulary
     as special tokens (the task declares them in ``special_tokens``; the loader adds them and
-    resizes the embeddings, heads/encoder.py ``add_special_tokens``), and its tokenization fix
+    resizes the embeddings, heads/model/encoder.py ``add_special_tokens``), and its tokenization fix
     (``fix_tokenization_error``): a Hangul token right after a closing marker, with no space
     before it, becomes a word continuation (``이`` → ``##이``), as it would be without the marker.
     KLUE-baseline classifies [CLS] (``task.pooling=cls``).
@@ -251,7 +251,7 @@ class RelationTask(Task):
         missing = [t for t in self.special_tokens if t not in tokenizer.get_vocab()]
         if missing:
             raise ConfigError(f"task.markers={self.markers}: the tokenizer lacks {', '.join(missing)} "
-                              "(the loader adds a task's special_tokens with heads.encoder.add_special_tokens)")
+                              "(the loader adds a task's special_tokens with heads.model.encoder.add_special_tokens)")
         marked = [mark(ex["sentence"], ex["subject"], ex["object"], self.markers) for ex in examples]
         before, after = special_frame(tokenizer)
         budget = settings.max_length - len(before) - len(after)

@@ -1,7 +1,7 @@
 """Documents longer than the encoder (``task.long_text=windows``, sequence classification): each
 text — a pair's second text — is cut into overlapping windows of ``max_length`` tokens, the
 windows of one document stay in one feature row (``input_ids`` a list of windows), and the model
-classifies the document by pooling its windows' logits (heads/windows.py). This module only
+classifies the document by pooling its windows' logits (heads/model/windows.py). This module only
 tokenizes; it builds no module.
 
 ``task.window_stride`` is the number of tokens consecutive windows share (the tokenizer's own

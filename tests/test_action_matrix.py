@@ -32,7 +32,7 @@ Options that change a task's model go through the same cells as variants of thei
 
 ``mode=lora`` goes through every cell as a variant too, on the tasks of ``LORA_TASKS``: what LoRA
 changes is the encoder under the head, and no head touches the encoder (``KotuneModel`` runs it the
-same way for every head and hands the head its states; heads/lora.py, the adapter's save and load
+same way for every head and hands the head its states; heads/model/lora.py, the adapter's save and load
 and export's merge never look at the head), so a sentence-pair task and a per-token one (logits of
 each shape through the merge, natively and in ONNX) cover LoRA's paths, and every head kind goes
 through every cell in the other modes (the rows a task adds to the vocabulary, which LoRA trains as
@@ -306,7 +306,7 @@ def with_native_logits(model, native):
     """``model`` (a KotuneModel) with its encoder and head replaced by an exported native class: the
     native logits in the head's layout (a span head's (start, end)), pooled over a document's
     windows as kotune pools them; its loss, prediction and decoding stay kotune's."""
-    from heads.windows import pool_windows
+    from heads.model.windows import pool_windows
 
     span = model.head_kind == "span"
 
@@ -395,7 +395,7 @@ def real_positions(head: str, features) -> list:
 def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_one_line(trained):
     import numpy as np
 
-    from heads.onnx import OnnxModel
+    from kotune.export.onnx import OnnxModel
     from kotune.build import build, make_collator
     from kotune.predict import BatchPredictor
     from kotune.runtimes import torch_forward
@@ -437,7 +437,7 @@ def request_item(task, ex: dict) -> dict:
 
 
 def test_serving_answers_as_predict_or_refuses_in_one_line(trained):
-    from kotune.serving import Predictor
+    from kotune.serving.app import Predictor
     from tasks import build_task
 
     task, run = trained["task"], trained["root"] / "plain"
@@ -469,7 +469,7 @@ def reference_qa_ceiling(task, examples: list[dict], tokenizer) -> dict:
 
 
 def test_ceiling_gives_the_reference_alignments_score_or_refuses_in_one_line(trained):
-    from heads.encoder import load_tokenizer
+    from heads.model.encoder import load_tokenizer
     from tasks import build_task
     from tasks.splits import load_splits
 
@@ -509,7 +509,7 @@ def test_embed_with_the_checkpoint(trained):
                        f"embed.input={texts}"], trained["root"] / "embed", trained["cache"]))
     from transformers import AutoTokenizer
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     model_dir = str(trained["root"] / "plain" / "model")
     encoder, tokenizer = KotuneModel.load(model_dir).encoder.eval(), AutoTokenizer.from_pretrained(model_dir)
@@ -522,8 +522,8 @@ def test_embed_with_the_checkpoint(trained):
 
 
 def test_probe_reads_the_checkpoints_states_and_scores_what_its_table_says(trained):
-    from heads.feature_cache import FeatureStore
-    from heads.model import KotuneModel
+    from heads.model.feature_cache import FeatureStore
+    from heads.model.kotune_model import KotuneModel
     from kotune.build import build
 
     task, run = trained["task"], trained["root"] / "probe"

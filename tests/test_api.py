@@ -1,4 +1,4 @@
-"""The Python API (kotune/api.py, docs/api.md): the page's code runs as written; jobs run twice and
+"""The Python API (kotune/api/__init__.py, docs/api.md): the page's code runs as written; jobs run twice and
 more in one process; ``kotune.load(run)(inputs)`` answers the dev inputs with the records the run's
 predictions.jsonl holds, for a single-text, a pair and a token task, and for an ONNX and a native
 export; failures are one-line KotuneErrors; a notebook can call it (where Jupyter is installed)."""

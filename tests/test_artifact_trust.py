@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, compose, run_cli_here
-from heads.artifact import shown
+from heads.model.artifact import shown
 
 CONF_TASK = ROOT / "conf" / "task"
 
@@ -154,7 +154,7 @@ def minimal_checkpoint(tmp_path: Path, task_options: dict, task: str = "token_cl
     ({"scheme": {"_target_": "os.system"}}, "meta.task_options.scheme={'_target_': 'os.system'}", "is not a plain value"),
 ])
 def test_a_bad_task_option_is_refused_naming_it(tmp_path, options, key, why):
-    from heads.artifact import ArtifactError
+    from heads.model.artifact import ArtifactError
     from kotune.checkpoint import checkpoint_overrides
 
     ck = minimal_checkpoint(tmp_path, options)
@@ -202,8 +202,8 @@ def test_weights_are_safetensors_and_no_file_names_code(trained, tmp_path, plant
     """Weights load from safetensors only: a pickle beside them is refused, not left for a loader to
     choose (transformers' and peft's would read it with weights_only=True; kotune reads none). No
     Python file, and no ``auto_map`` (transformers' pointer to code it would offer to run)."""
-    from heads.artifact import ArtifactError
-    from heads.model import KotuneModel
+    from heads.model.artifact import ArtifactError
+    from heads.model.kotune_model import KotuneModel
     from kotune.checkpoint import read_spec
 
     ck = tampered_checkpoint(trained, tmp_path, lambda spec: None)
@@ -216,7 +216,7 @@ def test_weights_are_safetensors_and_no_file_names_code(trained, tmp_path, plant
 
 
 def test_an_export_whose_config_names_code_is_refused(trained, tmp_path):
-    from heads.artifact import ArtifactError
+    from heads.model.artifact import ArtifactError
     from kotune.checkpoint import read_spec
 
     export = export_like(trained, tmp_path, lambda spec: None)
@@ -229,8 +229,8 @@ def test_an_export_whose_config_names_code_is_refused(trained, tmp_path):
 def test_the_trained_checkpoint_passes_and_a_crafted_one_fails_where_the_model_loads(trained, tmp_path):
     """The checks also guard the loaders themselves (a sweep over checkpoints composes without
     checkpoint_overrides): KotuneModel.load and OnnxModel refuse what read_spec refuses."""
-    from heads.artifact import ArtifactError, check_export_spec
-    from heads.model import KotuneModel
+    from heads.model.artifact import ArtifactError, check_export_spec
+    from heads.model.kotune_model import KotuneModel
     from kotune.checkpoint import read_spec
 
     assert read_spec(str(trained))["meta"]["task"] == "nli"
@@ -269,7 +269,7 @@ def test_the_trained_checkpoint_passes_and_a_crafted_one_fails_where_the_model_l
     (lambda s: s.update(callbacks=[]), "callbacks is not a key kotune writes"),
 ])
 def test_every_key_of_kotune_json_is_checked(trained, tmp_path, change, line):
-    from heads.artifact import ArtifactError
+    from heads.model.artifact import ArtifactError
     from kotune.checkpoint import read_spec
 
     ck = tampered_checkpoint(trained, tmp_path, change)
@@ -281,7 +281,7 @@ def test_every_key_of_kotune_json_is_checked(trained, tmp_path, change, line):
 def test_the_encoder_loader_never_trusts_a_models_code(tmp_path):
     """A LoRA checkpoint names its base encoder (a hub id or a directory): transformers is told not
     to run code that encoder's config names (``auto_map``), so it refuses rather than asking."""
-    from heads.encoder import _from_hub_or_cache
+    from heads.model.encoder import _from_hub_or_cache
 
     class Loader:
         @staticmethod

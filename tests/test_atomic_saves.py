@@ -50,7 +50,7 @@ def tokenizer(folder: str):
 def tiny_model(seed: int):
     from transformers import BertConfig, BertModel
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -62,7 +62,7 @@ def tiny_model(seed: int):
 def logits(model_dir) -> torch.Tensor:
     from transformers import AutoTokenizer
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     model = KotuneModel.load(str(model_dir)).eval()
     enc = AutoTokenizer.from_pretrained(str(model_dir))(TEXTS, padding=True, return_tensors="pt")
@@ -95,7 +95,7 @@ def saved(tmp_path):
 
 
 def error_of(directory) -> str:
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
     from kotune.core.errors import KotuneError
 
     with pytest.raises(KotuneError) as e:
@@ -131,14 +131,14 @@ def _encoded(model_dir):
 
 
 def test_a_save_that_fails_midway_in_this_process_leaves_the_previous_model(saved, monkeypatch):
-    import heads.model
+    import heads.model.kotune_model
 
     before = logits(saved)
 
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(heads.model, "save_file", fail)  # the head, written after the encoder
+    monkeypatch.setattr(heads.model.kotune_model, "save_file", fail)  # the head, written after the encoder
     with pytest.raises(OSError):
         tiny_model(2).save(str(saved))
     assert torch.equal(logits(saved), before)
@@ -293,7 +293,7 @@ def test_a_model_file_the_onnx_export_does_not_list_is_refused_in_one_line(tmp_p
     """An export written in place by older kotune: quantized once, exported again without
     ``export.quantize``, its model_int8.onnx stayed and ``onnx.file=model_int8.onnx`` loaded it."""
     pytest.importorskip("onnxruntime")
-    from heads.onnx import EXPORT_FILE, OnnxModel
+    from kotune.export.onnx import EXPORT_FILE, OnnxModel
     from kotune.core.errors import KotuneError
 
     out = tmp_path / "onnx"
@@ -312,7 +312,7 @@ def test_a_model_file_the_onnx_export_does_not_list_is_refused_in_one_line(tmp_p
 def test_an_onnx_reexport_with_overwrite_leaves_no_stale_int8_and_a_changed_file_is_refused(saved, tmp_path, cache_dir):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
-    from heads.onnx import OnnxModel
+    from kotune.export.onnx import OnnxModel
     from kotune.core.errors import KotuneError
 
     out = tmp_path / "onnx"

@@ -1,4 +1,4 @@
-"""Export formats and runtimes are registries (heads/backends.py): action=export looks its format up
+"""Export formats and runtimes are registries (kotune/core/backends.py): action=export looks its format up
 and has no per-format branch, and the three places that ask how a loaded model runs (predict's
 predictor, the loader's mode check, the server's forward) ask its runtime. A plug-in adds either
 with one class; kotune's own refusals keep their one-line wording."""
@@ -38,10 +38,10 @@ def export_cfg(**export) -> OmegaConf:
 
 
 def test_kotune_registers_its_formats_and_runtimes():
-    from heads.model import KotuneModel
-    from heads.onnx import OnnxModel
+    from heads.model.kotune_model import KotuneModel
+    from kotune.export.onnx import OnnxModel
     from kotune.actions.export import exporter_for
-    from kotune.api_native import NativeModel
+    from kotune.api.native import NativeModel
     from kotune.runtimes import runtime_of
 
     assert type(exporter_for(export_cfg())).__name__ == "NativeExporter"

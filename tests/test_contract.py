@@ -35,8 +35,8 @@ def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
     import torch
 
     from heads.registry import HEADS
-    from heads.encoder import load_encoder, load_tokenizer
-    from heads.model import KotuneModel
+    from heads.model.encoder import load_encoder, load_tokenizer
+    from heads.model.kotune_model import KotuneModel
     from tasks import build_task
     from tasks.base import MODEL_INPUTS, EncodeSettings
     from tasks.collate import DynamicPaddingCollator

@@ -153,7 +153,7 @@ def test_dp_klue_preset_is_klue_baselines_parser_and_dp_yaml_names_it_as_the_ref
 
 
 def test_the_klue_head_is_refused_by_export_in_one_line(tmp_path):
-    from heads.export import export_directory
+    from kotune.export.native import export_directory
     from test_export import tiny_model
 
     model = tiny_model("dependency", {"num_labels": 5, **KLUE_HEAD})

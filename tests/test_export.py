@@ -47,8 +47,8 @@ def kotune_and_native_logits(model_dir: str, export_dir: str, texts, pairs=None)
     """Both models on the same encoded batch: kotune's tokenizer and the exported one agree first."""
     from transformers import AutoModel, AutoTokenizer
 
-    from heads.export import native_class
-    from heads.model import KotuneModel
+    from kotune.export.native import native_class
+    from heads.model.kotune_model import KotuneModel
 
     ours = KotuneModel.load(model_dir).eval()
     native = native_class(ours).from_pretrained(export_dir).eval()
@@ -67,7 +67,7 @@ def adapter_moved_the_encoder(model_dir: str, export_dir: str) -> float:
     """mode=lora: how far the exported (merged) query weights are from the base encoder's."""
     from transformers import AutoModel
 
-    from heads.lora import rebuild_base
+    from heads.model.lora import rebuild_base
 
     with open(os.path.join(model_dir, "kotune.json"), encoding="utf-8") as f:
         record = json.load(f)["lora"]["base"]
@@ -244,7 +244,7 @@ def test_pair_export_of_the_tiny_model_serves_pairs_as_kotune_predicts_them(run_
 def tiny_model(head: str, kwargs: dict, **options):
     from transformers import BertConfig, BertModel
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     config = BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=64)
@@ -259,7 +259,7 @@ def tiny_model(head: str, kwargs: dict, **options):
     ("token", {"num_labels": 3}, {"layers": [1, 2]}, "native classes read the last layer only"),
 ])
 def test_heads_without_a_native_equivalent_are_refused_in_one_line(head, kwargs, options, why, tmp_path):
-    from heads.export import export_directory
+    from kotune.export.native import export_directory
     from kotune.core.errors import ConfigError
 
     model = tiny_model(head, kwargs, **options)
@@ -272,7 +272,7 @@ def test_heads_without_a_native_equivalent_are_refused_in_one_line(head, kwargs,
 
 def test_regression_exports_as_a_raw_score(tmp_path):
     """STS (num_labels=1) is exact as problem_type=regression: the pipeline then applies no sigmoid."""
-    from heads.export import native_config
+    from kotune.export.native import native_config
 
     config = native_config(tiny_model("pair", {"num_labels": 1}), ["score"])
     assert config.num_labels == 1 and config.problem_type == "regression"
@@ -283,7 +283,7 @@ def test_roberta_pair_export_serves_pairs_without_token_type_ids(tmp_path):
     import transformers
     from transformers import BertTokenizer, RobertaConfig, RobertaModel
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     tokenizer = BertTokenizer.from_pretrained(str(shared_path("vocab/kcbert-base")), do_lower_case=False)
     config = RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -292,7 +292,7 @@ def test_roberta_pair_export_serves_pairs_without_token_type_ids(tmp_path):
                         meta={"labels": ["entailment", "neutral", "contradiction"], "max_length": 128,
                               "token_type_ids": False})
     model.save(str(tmp_path / "m"), tokenizer)
-    from heads.export import export_directory
+    from kotune.export.native import export_directory
 
     res = export_directory(str(tmp_path / "m"), str(tmp_path / "hf"))
     assert res["native_class"] == "RobertaForSequenceClassification"

@@ -44,7 +44,7 @@ def test_korean_presets_keep_case():
 def test_kr_electra_preset_builds_offline_from_a_bare_vocabulary(tmp_path):
     """model=kr-electra model.init=random on a vocab.txt alone: an ELECTRA encoder (the preset names
     its architecture) and a tokenizer that keeps Hangul syllables whole."""
-    from heads.encoder import load_encoder, load_tokenizer
+    from heads.model.encoder import load_encoder, load_tokenizer
 
     (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
                                                    "한국", "##어", "문장", "."]) + "\n", encoding="utf-8")
@@ -216,7 +216,7 @@ def test_custom_file_tasks_on_samples(task, extra, run_job):
 def test_token_type_ids_only_for_models_that_use_them():
     from transformers import BertConfig, ElectraConfig, RobertaConfig
 
-    from heads.encoder import position_limit, train_wordpiece, uses_token_type_ids
+    from heads.model.encoder import position_limit, train_wordpiece, uses_token_type_ids
     from tasks import build_task
     from tasks.base import EncodeSettings
 
@@ -240,7 +240,7 @@ def test_tiny_tokenizer_gets_the_same_ids_in_every_process():
     import subprocess
     import sys
 
-    script = ("import json; from heads.encoder import train_wordpiece; "
+    script = ("import json; from heads.model.encoder import train_wordpiece; "
               "rows = json.load(open('tasks/samples/nli/train.json', encoding='utf-8')); "
               "texts = [r[k] for r in rows for k in ('premise', 'hypothesis')]; "
               "print(json.dumps(train_wordpiece(texts, 2000, None).get_vocab(), sort_keys=True))")

@@ -56,7 +56,7 @@ def token_rows(n: int = 7, seed: int = 0):
 
 # ---- layer choice, pooling, scalar mix ---------------------------------------------------------
 def test_layer_choices_resolve_to_hidden_state_indices():
-    from heads.layers import parse_layers
+    from heads.model.layers import parse_layers
 
     assert parse_layers("last", 12).indices == (12,)
     assert parse_layers("last4_mean", 12).indices == (9, 10, 11, 12)
@@ -70,7 +70,7 @@ def test_layer_choices_resolve_to_hidden_state_indices():
                                         ([-4], "out of range"), ("last4_mean", "needs 4 layers"),
                                         ([1, 1], "repeated"), ([1.5], "not an integer")])
 def test_bad_layer_choice_is_one_config_error(value, words):
-    from heads.layers import parse_layers
+    from heads.model.layers import parse_layers
 
     with pytest.raises(ConfigError) as e:
         parse_layers(value, 2)
@@ -78,7 +78,7 @@ def test_bad_layer_choice_is_one_config_error(value, words):
 
 
 def test_pooling_must_fit_the_head():
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     with pytest.raises(ConfigError, match="mode.pooling=mean does not fit the token head"):
         KotuneModel(tiny_encoder(), "token", {"num_labels": 3}, pooling="mean")
@@ -87,7 +87,7 @@ def test_pooling_must_fit_the_head():
 
 
 def test_mean_pooling_ignores_padding():
-    from heads.layers import pool
+    from heads.model.layers import pool
 
     states = torch.randn(1, 5, 4)
     padded = torch.cat([states, torch.full((1, 3, 4), 99.0)], dim=1)
@@ -97,7 +97,7 @@ def test_mean_pooling_ignores_padding():
 
 
 def test_scalar_mix_weights_get_gradients_and_the_encoder_none():
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     model = KotuneModel(tiny_encoder(), "sequence", {"num_labels": 3}, frozen=True, layers="scalar_mix")
     batch = token_rows(4).select_columns(["input_ids", "attention_mask", "token_type_ids", "labels"])
@@ -141,8 +141,8 @@ def _encoder_must_not_run(*args, **kwargs):
 # (checked below: the pair head's [CLS] states differ least, 6.3e-3): the tolerance sees a mix-up
 @pytest.mark.parametrize("dtype,atol", [("float32", 1e-5), ("float16", 1e-3)])
 def test_cached_and_uncached_give_the_same_logits(head, kwargs, layers, pooling, dtype, atol, tmp_path):
-    from heads.feature_cache import CacheSettings, cached_inputs
-    from heads.model import KotuneModel
+    from heads.model.feature_cache import CacheSettings, cached_inputs
+    from heads.model.kotune_model import KotuneModel
     from tasks.collate import DynamicPaddingCollator
 
     model = KotuneModel(tiny_encoder(), head, dict(kwargs, dropout=0.0), frozen=True, layers=layers,
@@ -216,8 +216,8 @@ def test_frozen_run_records_layers_cache_and_timing(frozen_run):
 def test_frozen_encoder_is_bit_identical_after_training(cache, frozen_run, tmp_path):
     """The saved encoder equals a fresh encoder built from the same config and seed, tensor for
     tensor, with and without the cache (the scalar mix and head did train)."""
-    from heads.encoder import load_encoder, load_tokenizer
-    from heads.model import KotuneModel
+    from heads.model.encoder import load_encoder, load_tokenizer
+    from heads.model.kotune_model import KotuneModel
 
     _, base = frozen_run
     overrides = ["task=nli", *TINY, "mode=frozen", f"mode.cache={cache}", "mode.layers=[0,2]",
@@ -334,7 +334,7 @@ def test_embed_from_config_with_target_word(tmp_path, cache_dir):
 def test_embed_from_a_checkpoint_uses_its_encoder_and_mix(frozen_run, tmp_path):
     from transformers import AutoTokenizer
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     res, base = frozen_run
     texts = tmp_path / "texts.csv"

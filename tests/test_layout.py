@@ -95,9 +95,9 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_the_import_reader_sees_imports_inside_functions(tmp_path):
     path = tmp_path / "m.py"
-    path.write_text("def f():\n    from tasks import metrics\n    import heads.encoder\n")
-    modules = {"x.m": path, "tasks": ROOT, "tasks.metrics": ROOT, "heads.encoder": ROOT}
-    assert imports_of("x.m", path, modules) == {"tasks.metrics", "heads.encoder"}
+    path.write_text("def f():\n    from tasks import metrics\n    import heads.model.encoder\n")
+    modules = {"x.m": path, "tasks": ROOT, "tasks.metrics": ROOT, "heads.model.encoder": ROOT}
+    assert imports_of("x.m", path, modules) == {"tasks.metrics", "heads.model.encoder"}
 
 
 def test_no_import_cycles():
@@ -176,10 +176,10 @@ MODULE_LOADS = ("json.load", "np.load", "numpy.load", "torch.load", "pickle.load
 # the documented file access of heads/: a model directory's save and load (its kotune.json read by
 # KotuneModel.spec; an ONNX export's by OnnxModel; the look that tells a kotune model from an
 # encoder; the check that a model directory's configs name no code), the frozen feature cache's store
-HEADS_FILE_ACCESS = {("heads/model.py", "KotuneModel.save"), ("heads/model.py", "KotuneModel.load"),
-                     ("heads/model.py", "KotuneModel.spec"), ("heads/onnx.py", "OnnxModel.__init__"),
-                     ("heads/encoder.py", "check_not_kotune_directory"), ("heads/feature_cache.py", "*"),
-                     ("heads/artifact.py", "check_files")}
+HEADS_FILE_ACCESS = {("heads/model/kotune_model.py", "KotuneModel.save"), ("heads/model/kotune_model.py", "KotuneModel.load"),
+                     ("heads/model/kotune_model.py", "KotuneModel.spec"), ("kotune/export/onnx.py", "OnnxModel.__init__"),
+                     ("heads/model/encoder.py", "check_not_kotune_directory"), ("heads/model/feature_cache.py", "*"),
+                     ("heads/model/artifact.py", "check_files")}
 
 
 def file_reads(path: Path, rel: str) -> list[str]:
@@ -219,7 +219,7 @@ def test_the_module_and_file_checks_find_what_they_look_for(tmp_path):
     assert file_reads(head, "heads/head.py") == [
         "<module>: from tasks.io import read_records", "Head.forward: json.load()", "Head.forward: open()",
         "Head.forward: path.read_text()", "Head.save: open()"]
-    assert file_reads(head, "heads/feature_cache.py") == ["<module>: from tasks.io import read_records"]
+    assert file_reads(head, "heads/model/feature_cache.py") == ["<module>: from tasks.io import read_records"]
 
 
 def test_tasks_never_build_modules():

@@ -115,7 +115,7 @@ def test_the_collator_batches_documents_as_windows():
 def test_pooling_takes_the_mean_or_max_of_each_documents_windows():
     import torch
 
-    from heads.windows import pool_windows
+    from heads.model.windows import pool_windows
 
     logits = torch.tensor([[1.0, 4.0], [3.0, 0.0], [5.0, 5.0]], requires_grad=True)
     doc = torch.tensor([0, 0, 1])
@@ -165,7 +165,7 @@ def test_the_encoder_never_reads_more_windows_than_the_cap_and_gradients_stay_ex
     import torch
     from transformers import BertConfig, BertModel
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
     from tasks.windows import WindowOptions
 
     config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

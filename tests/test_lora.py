@@ -34,7 +34,7 @@ def lora_run(tmp_path_factory, cache_dir):
 
 
 def test_added_token_rows_train_and_come_back_with_the_adapter(lora_run, run_job):
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     root, trained = lora_run
     model = KotuneModel.load(str(root / "train" / "model"))

@@ -187,8 +187,8 @@ def test_a_single_label_task_refuses_several_label_columns(run_job):
 def test_the_loss_is_the_native_multi_label_loss_even_when_the_collator_pads_labels(arch):
     from test_native_heads import batch, small_encoder
 
-    from heads.export import to_native
-    from heads.model import KotuneModel
+    from kotune.export.native import to_native
+    from heads.model.kotune_model import KotuneModel
     from tasks.collate import DynamicPaddingCollator
 
     model = KotuneModel(small_encoder(arch, "sequence"), "sequence", {"num_labels": 3, "multi_label": True}).eval()

@@ -52,8 +52,8 @@ def batch(arch: str):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("head", list(HEADS))
 def test_logits_equal_the_native_class_with_the_same_weights(arch, head):
-    from heads.export import native_class_name, to_native
-    from heads.model import KotuneModel
+    from kotune.export.native import native_class_name, to_native
+    from heads.model.kotune_model import KotuneModel
 
     model = KotuneModel(small_encoder(arch, head), head, dict(HEADS[head])).eval()
     native = to_native(model)
@@ -87,7 +87,7 @@ def test_logits_equal_the_native_class_with_the_same_weights(arch, head):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_new_layers_are_initialised_as_init_weights(arch):
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     torch.manual_seed(3)
     model = KotuneModel(small_encoder(arch, "token"), "token", {"num_labels": 400})
@@ -98,7 +98,7 @@ def test_new_layers_are_initialised_as_init_weights(arch):
 
 
 def test_dropout_is_the_architectures_unless_set():
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     encoder = small_encoder("electra", "sequence")
     encoder.config.classifier_dropout = 0.3
@@ -111,8 +111,8 @@ def test_dropout_is_the_architectures_unless_set():
 def test_bert_sequence_head_starts_from_the_checkpoints_pooler(tmp_path):
     from transformers import BertModel
 
-    from heads.encoder import load_encoder
-    from heads.model import KotuneModel
+    from heads.model.encoder import load_encoder
+    from heads.model.kotune_model import KotuneModel
 
     torch.manual_seed(5)
     saved = BertModel(small_config("bert"), add_pooling_layer=True)
@@ -133,7 +133,7 @@ def test_bert_sequence_head_starts_from_the_checkpoints_pooler(tmp_path):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_save_and_load_round_trip(arch, tmp_path):
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     model = KotuneModel(small_encoder(arch, "sequence"), "sequence", {"num_labels": 3}).eval()
     model.save(str(tmp_path / "m"))
@@ -146,7 +146,7 @@ def test_save_and_load_round_trip(arch, tmp_path):
 
 def test_format_1_checkpoint_keeps_its_old_head_shape(tmp_path):
     """Saved before heads followed the architecture: dropout → dense → tanh → dropout → out."""
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     model = KotuneModel(small_encoder("electra", "sequence"), "sequence", {"num_labels": 3}).eval()
     model.save(str(tmp_path / "m"))

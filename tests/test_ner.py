@@ -405,7 +405,7 @@ def boundary_inside_token_count(tokenizer, path) -> tuple[int, int]:
 @pytest.mark.slow
 @pytest.mark.parametrize("vocab", sorted(VOCABS))
 def test_klue_dev_ceilings(vocab, run_job):
-    from heads.encoder import load_tokenizer
+    from heads.model.encoder import load_tokenizer
 
     data = shared_path(NER_DEV)
     shared = str(data.parents[2])

@@ -25,7 +25,7 @@ def predictions(path: Path) -> list[dict]:
 
 @pytest.mark.parametrize("old", sorted(KINDS))
 def test_an_old_checkpoint_loads_as_the_head_with_options(old):
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     spec = json.loads((FIXTURES / old / "model" / "kotune.json").read_text(encoding="utf-8"))
     assert spec["head"] == old  # written by the old code

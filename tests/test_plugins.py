@@ -100,7 +100,7 @@ def test_its_export_format_writes_the_weights_and_the_native_format_refuses_in_o
 
 
 def test_serve_predictor_answers_as_predict_did(trained):
-    """kotune.load wraps action=serve's predictor (kotune/serving.py): the records predict wrote."""
+    """kotune.load wraps action=serve's predictor (kotune/serving/app.py): the records predict wrote."""
     code = ("import json, sys, kotune\n"
             f"p = kotune.load({str(trained['run'])!r}, {NAMED!r})\n"
             "texts = [json.loads(l)['text'] for l in open(sys.argv[1], encoding='utf-8')]\n"

@@ -25,7 +25,7 @@ def sentences() -> list[str]:
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from heads.encoder import train_wordpiece
+    from heads.model.encoder import train_wordpiece
 
     return train_wordpiece(sentences(), 300, str(tmp_path_factory.mktemp("tok")))
 
@@ -124,7 +124,7 @@ MLM_CONFIGS = {  # tiny *ForMaskedLM of each architecture with its own MLM head,
 
 
 def assert_loss_and_gradients_equal_the_models_own(model, batch: dict) -> None:
-    from heads.mlm import masked_lm_loss
+    from heads.model.mlm import masked_lm_loss
 
     model.zero_grad()
     full = model(**batch).loss
@@ -142,7 +142,7 @@ def assert_loss_and_gradients_equal_the_models_own(model, batch: dict) -> None:
 def test_masked_only_loss_and_gradients_equal_the_full_computation(arch, tokenizer, blocks):
     from transformers import AutoConfig, AutoModelForMaskedLM
 
-    from heads.mlm import masked_logits
+    from heads.model.mlm import masked_logits
 
     config = AutoConfig.for_model(arch, vocab_size=len(tokenizer), max_position_embeddings=64, **MLM_CONFIGS[arch])
     torch.manual_seed(0)
@@ -213,7 +213,7 @@ TINY = ["action=pretrain", "model=tiny", "model.tokenizer.vocab_size=300", "trai
 
 
 def test_sinusoidal_positions_are_shiftable_waves_at_the_init_scale():
-    from heads.mlm import load_mlm_model
+    from heads.model.mlm import load_mlm_model
     from kotune.core.errors import ConfigError
 
     cfg = OmegaConf.create({"init": "random", "architecture": "bert", "name_or_path": None, "tokenizer": {},
@@ -236,7 +236,7 @@ def test_sinusoidal_positions_are_shiftable_waves_at_the_init_scale():
 
 
 def test_tied_qk_attention_starts_local_with_sinusoidal_positions():
-    from heads.mlm import load_mlm_model
+    from heads.model.mlm import load_mlm_model
     from kotune.core.errors import ConfigError
 
     cfg = OmegaConf.create({"init": "random", "architecture": "bert", "name_or_path": None, "tokenizer": {},
@@ -273,7 +273,7 @@ def test_tied_qk_attention_starts_local_with_sinusoidal_positions():
 
 @pytest.mark.parametrize("heads", [1, 4])
 def test_mimetic_attention_is_the_papers_query_key_and_value_output_form(heads):
-    from heads.mlm import load_mlm_model
+    from heads.model.mlm import load_mlm_model
     from kotune.core.errors import ConfigError
 
     d = 64
@@ -380,7 +380,7 @@ def test_nsp_leaves_out_sentences_that_tokenize_to_nothing_as_berts_reader(token
 def test_nsp_masked_only_loss_and_gradients_equal_bert_for_pretraining(tokenizer, tmp_path):
     from transformers import AutoConfig, AutoModelForPreTraining
 
-    from heads.mlm import mlm_metrics
+    from heads.model.mlm import mlm_metrics
 
     documents = pretrain.read_documents([str(documents_corpus(tmp_path))], "text", None)
     text = pretrain.Text([s for d in documents for s in d], "docs", documents)
@@ -421,7 +421,7 @@ def test_nsp_round_trip_fill_mask_finetune_and_refusals(tmp_path, run_job):
     assert out["status"] == "ok", out.get("error")
     from transformers import AutoModel
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     tuned = KotuneModel.load(str(tmp_path / "ft" / "model")).encoder.state_dict()  # frozen: as loaded
     pretrained = AutoModel.from_pretrained(model_dir).state_dict()
@@ -459,7 +459,7 @@ def test_round_trip_pretrain_fill_mask_finetune(tmp_path, run_job, cache_dir):
         out = run_job(["task=nli", "data=sample", "model=klue", f"model.name_or_path={model_dir}",
                        f"mode={mode}", "train.max_steps=2"], f"ft_{mode}")
         assert out["status"] == "ok", out.get("error")
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     tuned = KotuneModel.load(str(tmp_path / "ft_frozen" / "model"))
     # frozen: the encoder is exactly the pretrained one (weights really came from model/)
@@ -528,14 +528,14 @@ def test_bad_input_is_one_line_naming_the_file(case, tmp_path, run_job):
 def test_resumed_pretraining_repeats_the_uninterrupted_steps(objective, tmp_path, run_job, monkeypatch):
     """Stopped after a checkpoint in the second epoch and run again: every step's loss and the
     train loss equal an uninterrupted run's (masks keyed on the batch, not the global RNG)."""
-    import heads.mlm
+    import heads.model.mlm
 
     text = corpus(tmp_path) if objective == "mlm" else documents_corpus(tmp_path)
     args = TINY + [f"data.train_file={text}", f"pretrain.objective={objective}", "save_model=false", "train.batch_size=64",
                    "train.max_steps=14", "train.save_strategy=steps", "train.save_steps=3", "train.logging_steps=1"]
     whole = run_job(args, "whole")
     assert whole["status"] == "ok", whole.get("error")
-    original = heads.mlm.held_out_curve
+    original = heads.model.mlm.held_out_curve
 
     def stop_at_step_9(batches, every, curve):  # an interruption right after checkpoint-9
         callback = original(batches, every, curve)
@@ -548,9 +548,9 @@ def test_resumed_pretraining_repeats_the_uninterrupted_steps(objective, tmp_path
         callback.on_step_end = on_step_end
         return callback
 
-    monkeypatch.setattr(heads.mlm, "held_out_curve", stop_at_step_9)
+    monkeypatch.setattr(heads.model.mlm, "held_out_curve", stop_at_step_9)
     assert run_job(args, "cut")["train_steps"] == 9
-    monkeypatch.setattr(heads.mlm, "held_out_curve", original)
+    monkeypatch.setattr(heads.model.mlm, "held_out_curve", original)
     resumed = run_job(args, "cut")
     assert resumed["status"] == "ok" and resumed["resumed_from"] == 9
     assert resumed["train_steps"] == whole["train_steps"] == 14

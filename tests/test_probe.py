@@ -18,7 +18,7 @@ FAST = ["train.max_steps=6", "train.batch_size=8", "train.learning_rate=0.02"]
 
 # ---- last4_concat and reading a choice out of every hidden state -----------------------------------
 def test_last4_concat_puts_the_last_four_layers_side_by_side():
-    from heads.layers import LayerMixer, parse_layers
+    from heads.model.layers import LayerMixer, parse_layers
 
     spec = parse_layers("last4_concat", 5)
     assert spec.indices == (2, 3, 4, 5) and spec.stored == 4 and spec.width == 4 and not spec.learned
@@ -39,7 +39,7 @@ def test_last4_concat_puts_the_last_four_layers_side_by_side():
 def test_a_choice_read_from_every_hidden_state_equals_its_own_states(layers):
     """What action=probe feeds a head (LayerSpec.select of the cache of every state) is what the
     encoder gives that choice directly (what a frozen run of that choice caches)."""
-    from heads.layers import LayerMixer, parse_layers
+    from heads.model.layers import LayerMixer, parse_layers
 
     encoder = tiny_encoder(layers=4).eval()
     ids = torch.tensor([[2, 7, 9, 11, 3], [2, 8, 3, 0, 0]])
@@ -53,9 +53,9 @@ def test_a_choice_read_from_every_hidden_state_equals_its_own_states(layers):
 
 
 def test_a_cache_of_every_state_serves_each_choice(tmp_path):
-    from heads.feature_cache import CacheSettings, cached_inputs
-    from heads.layers import LayerMixer, parse_layers
-    from heads.model import KotuneModel
+    from heads.model.feature_cache import CacheSettings, cached_inputs
+    from heads.model.layers import LayerMixer, parse_layers
+    from heads.model.kotune_model import KotuneModel
 
     encoder = tiny_encoder(layers=4)
     data = token_rows().select_columns(["input_ids", "attention_mask", "token_type_ids", "labels"])
@@ -77,8 +77,8 @@ def test_a_cache_of_every_state_serves_each_choice(tmp_path):
 
 
 def test_a_concat_head_reads_four_hidden_sizes_and_export_refuses_it():
-    from heads.export import refusal
-    from heads.model import KotuneModel
+    from kotune.export.native import refusal
+    from heads.model.kotune_model import KotuneModel
 
     encoder = tiny_encoder(layers=4)
     model = KotuneModel(encoder, "sequence", {"num_labels": 3}, frozen=True, layers="last4_concat")
@@ -93,7 +93,7 @@ def test_with_layers_shares_the_encoder_and_starts_from_the_pooler():
     left the encoder when the first head was built), a concatenating head from its own init."""
     from transformers import BertConfig, BertModel
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     torch.manual_seed(0)
     encoder = BertModel(BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
@@ -148,8 +148,8 @@ def score_of_predictions(run_dir: Path, task_name: str, indices: list[int] | Non
 @pytest.fixture
 def count_encoding(monkeypatch):
     """Counts cache builds (one per split encoded) and any encoder run outside them."""
-    import heads.feature_cache as feature_cache
-    from heads.model import KotuneModel
+    import heads.model.feature_cache as feature_cache
+    from heads.model.kotune_model import KotuneModel
 
     seen = {"builds": 0, "encoder_runs_outside": 0, "inside": False}
     real_build, real_states = feature_cache._build, KotuneModel.layer_states

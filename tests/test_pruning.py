@@ -20,7 +20,7 @@ def job_reporting_to(run_job, pruner, overrides=()):
     """One real training job with a trial of a fresh in-memory study (``pruner``) handed over."""
     import optuna
 
-    from kotune import pruning
+    from kotune.sweeps import pruning
 
     study = optuna.create_study(direction="maximize", pruner=pruner)
     trial = study.ask()
@@ -123,7 +123,7 @@ def test_pruning_that_cannot_work_is_refused_in_one_line_before_any_trial(monkey
 def test_pruning_under_a_launcher_that_runs_jobs_elsewhere_is_refused():
     """The trial is handed to the job in the sweeper's process: a job on a SLURM node could not report."""
     from conftest import compose
-    from kotune import pruning
+    from kotune.sweeps import pruning
 
     cfg = compose(["train.select_best=true"])
     assert pruning.problem("median", cfg, "BasicLauncher") is None

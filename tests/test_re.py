@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import compose
-from heads.encoder import add_special_tokens, train_wordpiece
+from heads.model.encoder import add_special_tokens, train_wordpiece
 from tasks import build_task
 from tasks.base import EncodeSettings
 from tasks.splits import sample_file
@@ -181,7 +181,7 @@ def test_windows_are_slices_of_the_sentences_tokens():
 def test_klue_markers_train_reload_score_and_export(run_job, tmp_path):
     from transformers import AutoTokenizer
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     res = run_job(KLUE_RUN, "train")
     assert res["status"] == "ok", res.get("error")

@@ -16,7 +16,7 @@ def saved_encoder(tmp_path_factory):
     """A 'pretrained' checkpoint directory as a user downloads one: config, weights, tokenizer."""
     from transformers import BertConfig, BertModel
 
-    from heads.encoder import train_wordpiece
+    from heads.model.encoder import train_wordpiece
     from tasks.splits import sample_file
 
     texts = [json.dumps(row, ensure_ascii=False) for row in
@@ -54,7 +54,7 @@ def test_two_runs_of_one_config_on_a_pretrained_encoder_are_identical(saved_enco
 def test_a_bf16_checkpoint_loads_in_fp32(saved_encoder, run_job, tmp_path):
     import torch
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     res = run_job(pretrained(saved_encoder["bfloat16"]) + ["mode=frozen"], "bf16")
     assert res["status"] == "ok", res.get("error")

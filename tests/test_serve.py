@@ -53,7 +53,7 @@ def demo(tmp_path_factory, cache_dir):
 def test_onnx_logits_equal_kotunes_on_the_demo_dev_set_and_int8_agrees(demo):
     import numpy as np
 
-    from heads.onnx import OnnxModel
+    from kotune.export.onnx import OnnxModel
     from kotune.build import build, make_collator
     from kotune.predict import BatchPredictor
     from kotune.runtimes import torch_forward
@@ -75,7 +75,7 @@ def test_onnx_logits_equal_kotunes_on_the_demo_dev_set_and_int8_agrees(demo):
 
 
 def test_the_int8_export_stores_every_matmul_weight_as_int8(demo):
-    """The int8 file is what heads/onnx.py's quantize_int8 asks for (signed int8 weights): every
+    """The int8 file is what kotune/export/onnx.py's quantize_int8 asks for (signed int8 weights): every
     MatMul or Gemm of the fp32 graph with a constant weight (the encoder's, the pooler's, the
     classifier's) became a MatMulInteger whose weight and weight zero point are INT8 initializers.
     UINT8 weights (QuantType.QUInt8) would also run and agree, so only the types tell them apart.
@@ -138,7 +138,7 @@ def test_the_model_card_is_what_the_hub_reads(demo):
 
 
 def test_push_to_hub_offline_keeps_the_export_and_says_so_in_one_line(demo, monkeypatch):
-    import kotune.model_card as model_card
+    import kotune.export.model_card as model_card
     from kotune.core.errors import ConfigError
 
     monkeypatch.setattr(model_card, "hub_reachable", lambda: False)
@@ -221,8 +221,8 @@ def test_the_server_answers_64_concurrent_requests_as_predict_does(demo, served)
 def test_a_failed_batch_is_run_again_item_by_item_and_fails_only_the_bad_request():
     """The model fails on a batch holding one bad text: each text runs again alone, the 30 good
     requests get their answers, the bad one the error with its index (in its own request)."""
-    from kotune.serve_batcher import Batcher
-    from kotune.serve_requests import ItemFailed
+    from kotune.serving.batcher import Batcher
+    from kotune.serving.requests import ItemFailed
 
     calls = []
 
@@ -248,7 +248,7 @@ def test_a_failed_batch_is_run_again_item_by_item_and_fails_only_the_bad_request
 
 
 def test_items_are_checked_before_they_join_a_batch():
-    from kotune.serve_requests import RequestError, request_items
+    from kotune.serving.requests import RequestError, request_items
 
     def refused(body, fields=("text",)):
         with pytest.raises(RequestError) as e:
@@ -268,7 +268,7 @@ def test_items_are_checked_before_they_join_a_batch():
 
 
 def test_the_api_key_comes_from_the_config_or_the_environment_and_loopback_is_told_apart():
-    from kotune.serve_guard import is_loopback, resolve_api_key
+    from kotune.serving.guard import is_loopback, resolve_api_key
 
     cfg = compose([*DEMO, "action=serve"])
     assert resolve_api_key(cfg, {}) is None and resolve_api_key(cfg, {"KOTUNE_API_KEY": "k"}) == "k"
@@ -503,7 +503,7 @@ def test_dropped_clients_and_a_shutdown_with_requests_in_flight(demo):
 
 def test_the_request_schema_is_built_from_the_task_fields():
     """POST /predict's OpenAPI schema names the served task's own fields (Task.request_fields), no others."""
-    from kotune.serve_requests import request_model
+    from kotune.serving.requests import request_model
 
     for fields in (("text",), ("text", "text_pair"), ("question", "context")):
         schema = request_model(fields).model_json_schema()

@@ -26,7 +26,7 @@ def multirun(monkeypatch, args: list[str]) -> None:
 
     from kotune.cli import main
 
-    from kotune.sweeps import SWEPT_ENV
+    from kotune.sweeps.naming import SWEPT_ENV
 
     monkeypatch.delenv(SWEPT_ENV, raising=False)  # the job directories' names then come from this argv
     # imported (not run as a script), Hydra would look for conf/ as a Python package

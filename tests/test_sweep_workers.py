@@ -1,5 +1,5 @@
-"""Sweep workers on one Optuna study (hydra_plugins/kotune_sweeper.py; kotune/study.py,
-kotune/sweep_workers.py): several processes pull trials from one database until it has
+"""Sweep workers on one Optuna study (hydra_plugins/kotune_sweeper.py; kotune/sweeps/study.py,
+kotune/sweeps/workers.py): several processes pull trials from one database until it has
 ``n_trials`` finished ones; a SIGKILLed worker's trial is marked failed (its heartbeat stops) and
 replaced; bad input is one line.
 

@@ -1,7 +1,7 @@
 """``action=embed``: contextual embeddings of ``embed.input`` with ``mode.layers`` and
 ``mode.pooling``, from a checkpoint (its trained scalar mix when the layer choice matches) or the
 configured encoder; ``embed.target`` adds that word's vectors in context, layer by layer
-(tasks/embed.py for the text side, heads/embed.py for the vectors)."""
+(tasks/embed.py for the text side, heads/model/embed.py for the vectors)."""
 from __future__ import annotations
 
 import time
@@ -17,8 +17,8 @@ from kotune.core.log import log
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
-    from heads.embed import pooled_vectors, token_vectors_by_layer
-    from heads.layers import LayerMixer, check_pooling, parse_layers
+    from heads.model.embed import pooled_vectors, token_vectors_by_layer
+    from heads.model.layers import LayerMixer, check_pooling, parse_layers
 
     if not cfg.embed.get("input"):
         raise ConfigError("action=embed needs embed.input=FILE (one text per line, or CSV/JSONL with embed.column)")

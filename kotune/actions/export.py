@@ -1,10 +1,10 @@
 """``action=export checkpoint=RUN``: the model in the registered export format ``export.format`` names
-(heads/backends.py's Exporter; a plug-in adds one with ``kotune.register_exporter``): by default as
-its architecture's native transformers class in ``export.dir`` (default: <run dir>/hf; heads/export.py,
+(kotune/core/backends.py's Exporter; a plug-in adds one with ``kotune.register_exporter``): by default as
+its architecture's native transformers class in ``export.dir`` (default: <run dir>/hf; kotune/export/native.py,
 a one-line refusal for a head with no exact native equivalent), or with ``export.format=onnx`` as an
 ONNX Runtime directory (default: <run dir>/onnx; ``export.quantize=int8`` adds onnxruntime's dynamic
-int8 model; heads/onnx.py).
-Every export gets a model card (README.md, kotune/model_card.py); ``export.push_to_hub=USER/NAME``
+int8 model; kotune/export/onnx.py).
+Every export gets a model card (README.md, kotune/export/model_card.py); ``export.push_to_hub=USER/NAME``
 uploads the directory. The directory appears whole or not at all, with ``kotune_manifest.json``
 (kotune/core/atomic_dir.py); one that exists and is not empty is refused unless ``export.overwrite=true``."""
 from __future__ import annotations
@@ -13,20 +13,20 @@ import os
 
 from omegaconf import DictConfig
 
-from heads.backends import SHARED_OPTIONS, Exporter
+from kotune.core.backends import SHARED_OPTIONS, Exporter
 from kotune.checkpoint import checkpoint_model_dir, read_spec
-from kotune.model_card import push_to_hub, write_model_card
+from kotune.export.model_card import push_to_hub, write_model_card
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
 from kotune.core.registry import EXPORTERS
 
 
 def exporter_for(cfg_export) -> Exporter:
-    """The registered format ``export.format`` names (heads/backends.py's Exporter), after the one-line
+    """The registered format ``export.format`` names (kotune/core/backends.py's Exporter), after the one-line
     refusal of an unknown format or of an option only other formats read (``export.quantize`` without
     ``export.format=onnx``)."""
-    import heads.export  # noqa: F401  (each module registers its format: kotune.register_exporter)
-    import heads.onnx  # noqa: F401
+    import kotune.export.native  # noqa: F401  (each module registers its format: kotune.register_exporter)
+    import kotune.export.onnx  # noqa: F401
 
     fmt = str(cfg_export.get("format") or "native")
     if fmt not in EXPORTERS:

@@ -28,8 +28,8 @@ def tokens_per_second(epoch_tokens: int, train_metrics: dict, steps: int, resume
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
-    from heads.encoder import load_tokenizer
-    from heads.mlm import held_out_curve, load_mlm_model, mlm_metrics
+    from heads.model.encoder import load_tokenizer
+    from heads.model.mlm import held_out_curve, load_mlm_model, mlm_metrics
 
     p, seed = cfg.pretrain, int(cfg.train.seed)
     objective = pretrain.objective(p)

@@ -171,7 +171,7 @@ def plot(path: str, rows: list[dict], main: str, title: str) -> None:
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
-    from heads.layers import parse_layers
+    from heads.model.layers import parse_layers
 
     if not cfg.mode.frozen or not cfg.mode.get("cache"):
         raise ConfigError("action=probe trains heads on one encoding of a frozen encoder: use mode=frozen "

@@ -1,6 +1,6 @@
 """``action=serve checkpoint=RUN_OR_EXPORT``: an HTTP JSON endpoint (FastAPI on uvicorn) for a
 kotune checkpoint or an ONNX export: ``POST /predict`` answers as ``action=predict`` does,
-``GET /health`` says what is served and how it has batched (kotune/serving.py). Runs until
+``GET /health`` says what is served and how it has batched (kotune/serving/app.py). Runs until
 interrupted (Ctrl-C, SIGTERM); results.json then holds the serving counts."""
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     seconds = {k: positive(cfg, k, float) for k in ("body_timeout_s", "keep_alive_s", "shutdown_grace_s")}
     import datasets
 
-    from kotune.serve_batcher import Batcher
-    from kotune.serve_guard import is_loopback, resolve_api_key
-    from kotune.serving import Predictor, create_app, make_server
+    from kotune.serving.batcher import Batcher
+    from kotune.serving.guard import is_loopback, resolve_api_key
+    from kotune.serving.app import Predictor, create_app, make_server
 
     api_key = resolve_api_key(cfg, os.environ)
     if cfg.serve.get("api_key") not in (None, ""):

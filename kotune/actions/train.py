@@ -36,7 +36,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         b = build(cfg, ("train", "validation", "select") if selection == SELECTIONS["inner"] else ("train", "validation"))
     # after build: a data or config mistake is answered before transformers' Trainer (and peft,
     # accelerate) load, seconds of every failing command
-    from kotune import pruning
+    from kotune.sweeps import pruning
     from kotune.predict import fit_decision, predict, run_report
     from kotune.resume import train_resumable
     from kotune.trainer import make_trainer

@@ -6,4 +6,5 @@ redact.py      a URL's password masked in text and in nested values
 files.py       JSON / JSON-lines written atomically; a file's SHA-256 (data fingerprints)
 atomic_dir.py  a directory written whole (staging, manifest, swap) or not at all
 registry.py    the registries a package outside the repository fills: tasks, heads, exporters, runtimes
+backends.py    what an export format and a runtime are (Exporter, Runtime: the base classes a plug-in subclasses)
 """

@@ -65,7 +65,7 @@ def read_run(path: Path) -> dict | None:
     metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
     status = data.get("status", "ok" if metrics else None)  # early results had no status
-    if status not in ("ok", "failed", "pruned"):  # pruned: a sweep's trial stopped early (kotune/pruning.py)
+    if status not in ("ok", "failed", "pruned"):  # pruned: a sweep's trial stopped early (kotune/sweeps/pruning.py)
         warn(f"skipping {path}: partial run (status {status!r})")
         return None
     if status == "ok" and not metrics:

@@ -16,7 +16,7 @@ class NpzExporter(kotune.Exporter):
     default_dir = "npz"
 
     def export(self, model_dir: str, out_dir: str, options: dict, finish) -> dict:
-        from heads.model import KotuneModel
+        from heads.model.kotune_model import KotuneModel
 
         model = KotuneModel.load(model_dir)
         res = {"export_dir": out_dir, "native_class": "numpy.lib.npyio.NpzFile", "format": "npz",

@@ -1,7 +1,7 @@
 """``kotune.load(path)``'s :class:`Predictor`: raw inputs in, predictions.jsonl's records out.
 
-It is ``action=serve``'s predictor (kotune/serving.py) without the server: the inputs checked as a
-request's items are (kotune/serve_requests.py), turned into the task's examples, encoded, predicted
+It is ``action=serve``'s predictor (kotune/serving/app.py) without the server: the inputs checked as a
+request's items are (kotune/serving/requests.py), turned into the task's examples, encoded, predicted
 in length-sorted batches and decoded by the same code that writes predictions.jsonl
 (kotune/predict.py). A record is what predictions.jsonl holds for that input, without the ``id``
 (and without ``gold``: an input has no answer). :meth:`Predictor.embed` runs ``action=embed``
@@ -13,7 +13,7 @@ import os
 import tempfile
 from typing import Any
 
-from kotune.api_compose import compose_job, run_job
+from kotune.api.compose import compose_job, run_job
 from kotune.core.errors import KotuneError
 
 
@@ -24,7 +24,7 @@ class Predictor:
     for pairs, ``question`` and ``context`` for QA); one input alone gives one record."""
 
     def __init__(self, path: str, overrides: list[str] | None = None):
-        from kotune.api_native import is_native_export, native_predictor
+        from kotune.api.native import is_native_export, native_predictor
         from kotune.runtimes import runtime_of
 
         self.path, self.overrides = str(path), list(overrides or [])
@@ -32,7 +32,7 @@ class Predictor:
         if self.kind == "native":
             self.served = native_predictor(self.path, self.overrides)
         else:
-            from kotune.serving import Predictor as ServingPredictor
+            from kotune.serving.app import Predictor as ServingPredictor
 
             self.served = ServingPredictor(compose_job(["action=predict", f"checkpoint={self.path}", *self.overrides]))
             self.kind = runtime_of(self.served.b.model).kind  # kotune (a checkpoint) or onnx (an export)
@@ -57,7 +57,7 @@ class Predictor:
         """The records predictions.jsonl would hold for ``inputs`` (a list: one record each, in
         order; one string or dict: its record). A bad input is one :class:`KotuneError` line
         naming it."""
-        from kotune.serve_requests import RequestError, request_items
+        from kotune.serving.requests import RequestError, request_items
 
         single = isinstance(inputs, (str, dict))
         raw = [inputs] if single else list(inputs)

@@ -14,7 +14,7 @@ from hydra.errors import ConfigCompositionException
 from kotune.core.redact import mask_credentials
 
 FAILED_SCORE = 1e9  # kotune.cli.worst_score's magnitude: a failed job
-# what makes a study one search (kotune/study.py check_same_search): a worker with another one refuses
+# what makes a study one search (kotune/sweeps/study.py check_same_search): a worker with another one refuses
 SPACE_ATTR = "kotune_search_space"  # the searched keys' distributions
 DATA_ATTR = "kotune_data"  # the data files the trials read, with their sha256
 FIXED_ATTR = "kotune_fixed_overrides"  # the overrides every trial gets

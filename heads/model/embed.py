@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from heads.feature_cache import iter_states
+from heads.model.feature_cache import iter_states
 
 
 def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *,
                    batch_size: int) -> np.ndarray:
     """One vector per row: ``mode.layers`` through ``mixer``, then ``pooling`` (cls | mean)."""
-    from heads.layers import pool
+    from heads.model.layers import pool
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     encoder.to(device).eval()
@@ -32,7 +32,7 @@ def token_vectors_by_layer(encoder: torch.nn.Module, features, picks: list[tuple
                            batch_size: int) -> np.ndarray:
     """For each ``(row, token indices)`` pick, the mean of those tokens' states in every layer
     (embeddings first): [len(picks), L + 1, H]."""
-    from heads.layers import LayerMixer, parse_layers
+    from heads.model.layers import LayerMixer, parse_layers
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     encoder.to(device).eval()

@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from heads.layers import LayerSpec
+from heads.model.layers import LayerSpec
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
 

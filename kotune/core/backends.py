@@ -4,12 +4,12 @@ package outside the repository adds either with one class (``kotune.register_exp
 
 An **export format** (``export.format=NAME``; ``action=export``, kotune/actions/export.py) writes a
 saved kotune model as a directory of its own: ``native``, the architecture's transformers class
-(heads/export.py), and ``onnx``, an ONNX Runtime directory (heads/onnx.py).
+(kotune/export/native.py), and ``onnx``, an ONNX Runtime directory (kotune/export/onnx.py).
 
 A **runtime** is how a loaded model runs its batches; every model class names its entry in a
 ``runtime`` attribute: ``torch``, kotune's own model, which transformers' Trainer runs
-(kotune/runtimes.py), ``onnxruntime``, an ONNX export (heads/onnx.py), and ``transformers``, a native
-export behind ``kotune.load`` (kotune/api_native.py). Each registers in the module of its model
+(kotune/runtimes.py), ``onnxruntime``, an ONNX export (kotune/export/onnx.py), and ``transformers``, a native
+export behind ``kotune.load`` (kotune/api/native.py). Each registers in the module of its model
 class, so a model's runtime is registered by the time the model exists.
 
 This module is light (no torch): the ONNX side and plug-ins import it before anything runs.

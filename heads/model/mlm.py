@@ -10,7 +10,7 @@ import math
 import torch
 from omegaconf import DictConfig
 
-from heads.encoder import _from_hub_or_cache, build_config
+from heads.model.encoder import _from_hub_or_cache, build_config
 from heads.loss import cross_entropy_sum, labelled, mean_of_terms
 from tasks.base import IGNORE
 from kotune.core.errors import ConfigError

@@ -1,4 +1,4 @@
-"""ONNX Runtime for the heads that have a native transformers class (heads/export.py): the export
+"""ONNX Runtime for the heads that have a native transformers class (kotune/export/native.py): the export
 (``torch.onnx``'s torch.export-based exporter, dynamic batch and sequence axes), onnxruntime's
 dynamic int8 quantization, and :class:`OnnxModel`, which runs an exported directory on padded
 batches for ``action=predict`` / ``eval`` / ``serve``.
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from heads.backends import Exporter, Runtime
+from kotune.core.backends import Exporter, Runtime
 from kotune.core.atomic_dir import MANIFEST, manifest_lists, settle, verify_manifest, written_whole
 from kotune.core.errors import ConfigError, KotuneError
 from kotune.core.files import write_json_atomic
@@ -98,8 +98,8 @@ def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = N
     appears whole or not at all, replacing what was there (kotune/core/atomic_dir.py, with
     ``kotune_manifest.json``: no file of an earlier export stays beside the new one);
     ``finish(summary, folder)`` adds files (the model card) before that."""
-    from heads.encoder import position_limit
-    from heads.export import export_summary, input_fields, load_native
+    from heads.model.encoder import position_limit
+    from kotune.export.native import export_summary, input_fields, load_native
 
     if quantize not in QUANTIZE:
         raise ConfigError(f"export.quantize must be null or int8, got '{quantize}'")
@@ -165,11 +165,11 @@ class OnnxModel:
         import onnxruntime as ort
 
         settle(directory)  # an export killed while swapping its directory in: put the whole one back
-        from heads.artifact import check_export_spec, check_files, parse
+        from heads.model.artifact import check_export_spec, check_files, parse
 
         where = os.path.join(directory, EXPORT_FILE)
         with open(where, encoding="utf-8") as f:
-            spec = check_export_spec(parse(f.read(), where), where)  # data only: heads/artifact.py
+            spec = check_export_spec(parse(f.read(), where), where)  # data only: heads/model/artifact.py
         check_files(directory, directory)
         # exported with a manifest (kotune_export.json says so): every file as it was written
         verify_manifest(directory, bool(spec.get("manifest")), "export it again (action=export)")
@@ -201,7 +201,7 @@ class OnnxModel:
                 "onnx_file": self.file}
 
     def head_description(self) -> str:
-        return self.head_kind  # an export's head has no options (heads/export.py refuses those that do)
+        return self.head_kind  # an export's head has no options (kotune/export/native.py refuses those that do)
 
     def describe(self) -> str:
         return f"onnxruntime: {self.file} ({self.threads} threads)"

@@ -1,7 +1,7 @@
-"""A native export (``action=export``: the architecture's transformers class, heads/export.py) behind
+"""A native export (``action=export``: the architecture's transformers class, kotune/export/native.py) behind
 ``kotune.load``: the transformers model stands in for the kotune model where kotune only predicts (as
-an ONNX export's :class:`heads.onnx.OnnxModel` does), and ``action=serve``'s predictor
-(kotune/serving.py) encodes, batches, decodes and writes the records.
+an ONNX export's :class:`kotune.export.onnx.OnnxModel` does), and ``action=serve``'s predictor
+(kotune/serving/app.py) encodes, batches, decodes and writes the records.
 
 A native export keeps what transformers reads, not kotune's ``kotune.json``: the task is the one its
 model card names (the export's README.md tags: ``kotune``, the task, the head), the labels those of
@@ -14,13 +14,13 @@ import json
 import os
 from typing import Any
 
-from heads.backends import Runtime
-from kotune.api_compose import compose_job
+from kotune.core.backends import Runtime
+from kotune.api.compose import compose_job
 from kotune.core.atomic_dir import MANIFEST, settle, verify_manifest
 from kotune.core.errors import KotuneError
 from kotune.core.registry import register_runtime
 
-NATIVE_KIND = "native-export"  # the manifest's kind (heads/export.py writes it)
+NATIVE_KIND = "native-export"  # the manifest's kind (kotune/export/native.py writes it)
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -110,7 +110,7 @@ def native_predictor(path: str, overrides: list[str]):
     from kotune.checkpoint import presets
     from kotune.checkpoint_fit import task_for_checkpoint
     from kotune.predict import BatchPredictor
-    from kotune.serving import Predictor, servable
+    from kotune.serving.app import Predictor, servable
     from tasks import build_task
     from tasks.base import EncodeSettings
 

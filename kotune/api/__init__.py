@@ -1,6 +1,6 @@
 """The Python API beside the command line (docs/api.md): :func:`train` and :func:`evaluate` run a
 job as ``python run.py …`` runs it (the same overrides, checks and rewrites, then
-``kotune.job.execute``), :func:`load` gives a :class:`Predictor` (kotune/api_predictor.py) that
+``kotune.job.execute``), :func:`load` gives a :class:`Predictor` (kotune/api/predictor.py) that
 answers raw inputs with predictions.jsonl's records.
 
 Nothing here reads ``sys.argv`` or needs Hydra's entry point: the config is composed with Hydra's
@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kotune.api_compose import RunFailed, as_overrides, default_run_dir, run_job
-from kotune.api_predictor import Predictor
+from kotune.api.compose import RunFailed, as_overrides, default_run_dir, run_job
+from kotune.api.predictor import Predictor
 from kotune.core.errors import KotuneError
 
 __all__ = ["train", "evaluate", "load", "Run", "Predictor", "RunFailed", "Metrics", "default_run_dir"]

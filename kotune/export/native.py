@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from heads.backends import Exporter
+from kotune.core.backends import Exporter
 from heads.base import NativeHead
 from heads.native import head_style
 from tasks import TASKS
@@ -132,10 +132,10 @@ def load_native(model_dir: str) -> "Native":
     where the model had none; special tokens the task added (KLUE RE's ``<subj>``) stay. A task whose
     input is more than plain text (RE's entity markers) says so in one warning line, in the note and
     in the native config (``kotune_input``). A LoRA model's adapter is merged into its encoder first
-    (``heads.lora.merged_exactly``: refused in one line where the merge would change the outputs)."""
+    (``heads.model.lora.merged_exactly``: refused in one line where the merge would change the outputs)."""
     from transformers import AutoTokenizer
 
-    from heads.model import KotuneModel
+    from heads.model.kotune_model import KotuneModel
 
     model = KotuneModel.load(model_dir)
     reason = refusal(model)
@@ -143,7 +143,7 @@ def load_native(model_dir: str) -> "Native":
         raise ConfigError(f"cannot export {model_dir}: {reason}")
     merged = bool(model.lora)
     if merged:  # mode=lora: the adapter merged into the encoder's weights, checked to compute the same
-        from heads.lora import merged_exactly
+        from heads.model.lora import merged_exactly
 
         model.encoder, model.lora = merged_exactly(model.encoder, model_dir), None
     native = to_native(model, model.meta.get("labels"))

@@ -1,8 +1,8 @@
 """``action=serve``'s app: the :class:`Predictor` (inputs → the records action=predict writes,
 through the same encoding, length-sorted batches, decoding and records) and the FastAPI app
-(``POST /predict``, ``GET /health``), with its micro-batcher (kotune/serve_batcher.py: batches of
+(``POST /predict``, ``GET /health``), with its micro-batcher (kotune/serving/batcher.py: batches of
 up to ``serve.max_batch_size`` texts, the first waiting at most ``serve.max_wait_ms``), its request
-checks (kotune/serve_requests.py) and the ASGI guard in front of it (kotune/serve_guard.py: API key,
+checks (kotune/serving/requests.py) and the ASGI guard in front of it (kotune/serving/guard.py: API key,
 body size and time limits, a JSON answer for every error).
 
 A request is one input, ``{"text": "..."}`` (``text_pair`` for pair tasks, ``question`` and
@@ -30,9 +30,9 @@ from omegaconf import DictConfig
 from kotune.build import build, make_collator
 from kotune.predict import BatchPredictor, predict_rows
 from kotune.runtimes import runtime_of
-from kotune.serve_batcher import Batcher
-from kotune.serve_guard import guard
-from kotune.serve_requests import (ItemFailed, RequestError, ShuttingDown, data_error, error_body,
+from kotune.serving.batcher import Batcher
+from kotune.serving.guard import guard
+from kotune.serving.requests import (ItemFailed, RequestError, ShuttingDown, data_error, error_body,
                                    error_id, request_items, request_model)
 from tasks import build_task
 from kotune.core.errors import ConfigError, DataError

@@ -23,7 +23,7 @@ FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # one file in the d
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MODES = ("finetune", "frozen", "lora")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")
-WEIGHT_DIRS = (".", "encoder", "adapter")  # where a saved model keeps weights (heads/model.py, heads/lora.py)
+WEIGHT_DIRS = (".", "encoder", "adapter")  # where a saved model keeps weights (heads/model/kotune_model.py, heads/model/lora.py)
 CONFIG_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json", "preprocessor_config.json")
 MAX_TEXT = 4096
 CODE_KEYS = {"trust_remote_code", "auto_map", "code_revision"}  # how transformers is told to import a model's code
@@ -224,7 +224,7 @@ def check_head(spec: dict, where: str, registry: bool) -> None:
 
 
 def check_model_spec(spec: Any, where: str, registry: bool = True) -> dict:
-    """A saved model's ``kotune.json`` (heads/model.py writes it), or one line naming the key;
+    """A saved model's ``kotune.json`` (heads/model/kotune_model.py writes it), or one line naming the key;
     ``registry``: see :func:`check_head`."""
     check_keys(spec, MODEL_SPEC, where, required=("head", "meta"))
     check_meta(spec["meta"], where)
@@ -240,7 +240,7 @@ def check_model_spec(spec: Any, where: str, registry: bool = True) -> dict:
 
 
 def check_export_spec(spec: Any, where: str, registry: bool = True) -> dict:
-    """An ONNX export's ``kotune_export.json`` (heads/onnx.py writes it), or one line naming the key;
+    """An ONNX export's ``kotune_export.json`` (kotune/export/onnx.py writes it), or one line naming the key;
     ``registry``: see :func:`check_head`."""
     check_keys(spec, EXPORT_SPEC, where, required=("format", "head", "meta", "files", "model_file"))
     check_meta(spec["meta"], where)

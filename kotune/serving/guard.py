@@ -1,5 +1,5 @@
 """The ASGI guard in front of the served app: ``Authorization: Bearer`` when an API key is set,
-body size and time limits, a JSON answer for every error it gives (kotune/serving.py)."""
+body size and time limits, a JSON answer for every error it gives (kotune/serving/app.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +8,7 @@ import ipaddress
 
 from omegaconf import DictConfig
 
-from kotune.serve_requests import error_body, error_id
+from kotune.serving.requests import error_body, error_id
 from kotune.core.log import logger, warn
 
 

@@ -75,10 +75,10 @@ def resolve_targets(encoder: nn.Module, requested: Any) -> list[str] | str:
 
 
 def base_record(model_cfg: dict, encoder: nn.Module, seed: int) -> dict:
-    """What rebuilds the base encoder of an adapter: the model options (``heads.encoder.load_encoder``'s
+    """What rebuilds the base encoder of an adapter: the model options (``heads.model.encoder.load_encoder``'s
     input, a local path made absolute), the seed of a random init, its vocabulary size before a
     task added tokens, and a digest of its weights that a reload must match."""
-    from heads.feature_cache import weights_digest
+    from heads.model.feature_cache import weights_digest
 
     plain = dict(model_cfg)
     path = plain.get("name_or_path")
@@ -93,8 +93,8 @@ def rebuild_base(record: dict, where: str) -> nn.Module:
     re-initialised with its seed; weights that differ from training's are an error."""
     from omegaconf import OmegaConf
 
-    from heads.encoder import ModelUnavailable, load_encoder
-    from heads.feature_cache import weights_digest
+    from heads.model.encoder import ModelUnavailable, load_encoder
+    from heads.model.feature_cache import weights_digest
 
     model_cfg = OmegaConf.create(record["model"])
     source = model_cfg.get("name_or_path") or model_cfg.get("name")

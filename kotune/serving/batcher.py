@@ -7,7 +7,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from kotune.serve_requests import ItemFailed, ShuttingDown, error_id
+from kotune.serving.requests import ItemFailed, ShuttingDown, error_id
 from kotune.core.log import warn
 
 

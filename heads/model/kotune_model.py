@@ -5,7 +5,7 @@ layer choice and the learned scalar-mix weights for reading), ``encoder/`` (``sa
 the encoder: config + weights), ``head.safetensors``, ``layers.safetensors`` (scalar mix only) and
 the tokenizer files, so ``action=eval`` reloads it with no hub access. Under ``mode=lora``
 ``adapter/`` (peft's adapter: LoRA weights and any trained token rows) replaces ``encoder/``, and
-``kotune.json`` records the base encoder it sits on (heads/lora.py), rebuilt and checked on load.
+``kotune.json`` records the base encoder it sits on (heads/model/lora.py), rebuilt and checked on load.
 
 The forward is split in two for the frozen feature cache: ``layer_states`` (the encoder's fixed
 output for ``mode.layers``) and ``mixer`` + head (what trains); ``forward(layer_states=...)``
@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from heads.registry import HEADS, resolve
-from heads.layers import LayerMixer, check_pooling, parse_layers
+from heads.model.layers import LayerMixer, check_pooling, parse_layers
 from heads.loss import mean_of_terms
 from heads.native import default_dropout, head_style, takes_pooler
 from kotune.core.atomic_dir import MANIFEST, settle, verify_manifest, written_whole
@@ -34,7 +34,7 @@ FORMAT = 2  # 2: heads shaped as the architecture's own (kotune.json records the
 
 
 class KotuneModel(nn.Module):
-    """``layers`` (``mode.layers``) picks the hidden states the head reads (heads/layers.py);
+    """``layers`` (``mode.layers``) picks the hidden states the head reads (heads/model/layers.py);
     ``pooling`` (``mode.pooling``) is passed to heads that pool (their ``pooling`` argument)."""
 
     # forward(num_items_in_batch=...) divides the head's loss sums by the item counts of the whole
@@ -94,11 +94,11 @@ class KotuneModel(nn.Module):
         return head
 
     def _add_lora(self, settings: dict | None) -> dict | None:
-        """``mode=lora``: the encoder as a peft model with LoRA adapters (heads/lora.py), unless it
+        """``mode=lora``: the encoder as a peft model with LoRA adapters (heads/model/lora.py), unless it
         is one already (a saved adapter on its rebuilt base). Returns the settings as resolved."""
         if settings is None:
             return None
-        from heads.lora import add_lora
+        from heads.model.lora import add_lora
 
         settings = dict(settings)
         if not hasattr(self.encoder, "peft_config"):
@@ -119,7 +119,7 @@ class KotuneModel(nn.Module):
         its base (this model's encoder is changed in place; it computes the same)."""
         if not self.lora:
             return self.encoder
-        from heads.lora import merge
+        from heads.model.lora import merge
 
         return merge(self.encoder, f"the {self.meta.get('task')} checkpoint")
 
@@ -167,7 +167,7 @@ class KotuneModel(nn.Module):
         loss is a share of (None: this batch's own, the loss is its mean)."""
         labels = {k: inputs.pop(k) for k in self.head.label_fields if k in inputs}
         window_doc = inputs.pop("window_doc", None)
-        if window_doc is not None:  # a batch of documents, each a run of windows (heads/windows.py)
+        if window_doc is not None:  # a batch of documents, each a run of windows (heads/model/windows.py)
             logits = self.document_logits(input_ids, attention_mask, token_type_ids, window_doc, inputs)
         else:
             logits = self.tokens_logits(input_ids, attention_mask, token_type_ids, layer_states, inputs)
@@ -187,7 +187,7 @@ class KotuneModel(nn.Module):
     def document_logits(self, input_ids, attention_mask, token_type_ids, window_doc, inputs: dict):
         """Each document's logits, pooled over its windows; the encoder reads at most
         ``windows.max_per_batch`` windows at a time."""
-        from heads.windows import in_chunks, pool_windows
+        from heads.model.windows import in_chunks, pool_windows
 
         if self.windows is None:
             raise ConfigError("a batch of windowed documents for a model without task.long_text=windows")
@@ -238,7 +238,7 @@ class KotuneModel(nn.Module):
         previous model as it was."""
         with written_whole(directory, "kotune-model") as staging:
             if self.lora:
-                from heads.lora import save_adapter
+                from heads.model.lora import save_adapter
 
                 save_adapter(self.encoder, staging)
             else:
@@ -264,10 +264,10 @@ class KotuneModel(nn.Module):
         if not os.path.exists(spec_path):
             raise KotuneError(f"{directory}: no saved kotune model (kotune.json missing); "
                               "point checkpoint= at a run directory's model/ or the run directory")
-        from heads.artifact import check_files, check_model_spec, parse
+        from heads.model.artifact import check_files, check_model_spec, parse
 
         with open(spec_path, encoding="utf-8") as f:
-            spec = check_model_spec(parse(f.read(), spec_path), spec_path)  # data only: heads/artifact.py
+            spec = check_model_spec(parse(f.read(), spec_path), spec_path)  # data only: heads/model/artifact.py
         check_files(directory, directory)
         return spec
 
@@ -275,13 +275,13 @@ class KotuneModel(nn.Module):
     def load(cls, directory: str) -> "KotuneModel":
         from transformers import AutoConfig, AutoModel
 
-        from heads.encoder import no_pooler
+        from heads.model.encoder import no_pooler
 
         spec = cls.spec(directory)
         # saved with a manifest (kotune.json says so): every file as it was written; older saves have none
         verify_manifest(directory, bool(spec.get("manifest")), "retrain, or save the model again")
         if spec.get("lora"):
-            from heads.lora import load_adapter
+            from heads.model.lora import load_adapter
 
             encoder = load_adapter(directory, spec["lora"]["base"], spec["lora"]["vocab_size"])
         else:

@@ -1,4 +1,4 @@
-"""How the Python API (kotune/api.py) composes and runs a job as the command line does: the same
+"""How the Python API (kotune/api/__init__.py) composes and runs a job as the command line does: the same
 argv checks (kotune/cli.py: unknown choices), rewrites and key checks (kotune/overrides.py), then
 Hydra's compose API with its global state cleared after (re-entrant: a notebook calls it again and
 again), then ``kotune.job.execute``. A failed job raises :class:`RunFailed`."""
