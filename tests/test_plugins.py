@@ -1,7 +1,7 @@
 """A package outside the repository adds a task kind, a head and an export format without a line of
 kotune changed (tests/plugins/kotune_example_plugin: the worked example of docs/development/plugins.md),
 and goes through the contract's actions: train, eval, predict, export (its own format; the native one
-refused in one line), serve (serve's predictor, through kotune.load) and a sweep. Each command runs in
+refused in one line), serve (the HTTP server, and its predictor through kotune.load) and a sweep. Each command runs in
 a process of its own with the plug-in on PYTHONPATH, loaded by ``plugins=`` or by an installed entry
 point, so this test process's registries stay kotune's own."""
 from __future__ import annotations
@@ -110,6 +110,29 @@ def test_serve_predictor_answers_as_predict_did(trained):
     assert proc.returncode == 0, proc.stderr[-3000:]
     answered = json.loads(proc.stdout.strip().splitlines()[-1])
     assert answered == [r["prediction"] for r in rows(trained["run"] / "predictions.jsonl")]
+
+
+def test_the_http_server_answers_as_predict_did(trained):
+    """action=serve with the plug-in: the real server on 127.0.0.1, a real client, the records' predictions."""
+    import os
+
+    import httpx
+
+    from bench.serve_speed import free_port, stop_server, wait_for_health
+
+    port, run_dir = free_port(), trained["root"] / "serve"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "action=serve", f"checkpoint={trained['run']}", NAMED,
+                             f"serve.port={port}", f"cache_dir={trained['cache']}", f"hydra.run.dir={run_dir}"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
+    try:
+        health = wait_for_health(proc, f"http://127.0.0.1:{port}", timeout_s=180)
+        assert health["status"] == "ok" and health["head"] == "mean_linear" and health["runtime"] == "torch"
+        expected = rows(trained["run"] / "predictions.jsonl")
+        answered = httpx.post(f"http://127.0.0.1:{port}/predict", json={"inputs": [r["text"] for r in expected]},
+                              timeout=120).raise_for_status().json()["predictions"]
+        assert [a["prediction"] for a in answered] == [r["prediction"] for r in expected]
+    finally:
+        stop_server(proc)
 
 
 def test_a_sweep_over_the_plugin_task_runs_every_job(tmp_path, cache_dir):
