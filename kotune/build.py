@@ -166,6 +166,9 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     new, from ``cfg`` and the train split (``action=probe``). ``onnx``: ``checkpoint=`` may be an
     ONNX export (actions that only predict)."""
     task = build_task(cfg.task)
+    from kotune.abstention import min_confidence
+
+    min_confidence(cfg, task)  # predict.min_confidence on a task that cannot abstain: refused before any work
     if cfg.get("checkpoint") and not new_head:
         # a checkpoint or data file that is not there: one line before torch and the model load
         from kotune.export.onnx import is_onnx_export

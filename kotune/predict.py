@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 from omegaconf import DictConfig
 
+from kotune import abstention
 from kotune.build import Built, build, make_collator
 from kotune.runtime import is_rank_zero, local_rank_zero_first
 from kotune.runtimes import runtime_of
@@ -29,7 +30,7 @@ REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "n_select", "
                "checkpoint", "onnx_file", "resumed_from", "best_step", "selected_on", "metrics_last", "early_stopping",
                "pruned",
                "class_weights",
-               "decision", "predictions_file", "metrics", "data")
+               "decision", "abstention", "predictions_file", "metrics", "data")
 
 
 def concat_padded(parts: list) -> Any:
@@ -110,10 +111,12 @@ def fit_decision(trainer, b: Built) -> None:
     b.model.meta.setdefault("task_options", {}).update(b.task.fitted_options())
 
 
-def write_predictions(run_dir: str, b: Built, split: str, outputs: list) -> str:
-    """predictions.jsonl in input order, plus the task's own files (QA: predictions.json)."""
+def write_predictions(run_dir: str, b: Built, split: str, outputs: list, abstained: list | None = None) -> str:
+    """predictions.jsonl in input order, plus the task's own files (QA: predictions.json);
+    ``abstained``: per row, whether it abstains (predict.min_confidence: kotune/abstention.py)."""
     path = os.path.join(run_dir, "predictions.jsonl")
-    write_jsonl_atomic(path, b.task.prediction_records(outputs, b.splits[split].examples))
+    records = b.task.prediction_records(outputs, b.splits[split].examples)
+    write_jsonl_atomic(path, abstention.mark(records, abstained))
     b.task.write_outputs(run_dir, outputs, b.splits[split].examples)
     return path
 
@@ -132,9 +135,12 @@ def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: lis
         encode_s=b.cache_report.get("encode_s"), **speed, checkpoint=cfg.get("checkpoint"),
         class_weights=b.class_weights, decision=b.task.decision(),
         metrics=b.task.score(outputs, b.splits[split].examples) if scored else {},
-        data={s: d.source for s, d in b.splits.items()})
+        data={s: d.source for s, d in b.splits.items()},
+        abstention=abstention.report(cfg, b.task, outputs, b.splits[split].examples, scored,
+                                     run_dir if is_rank_zero() else None))
     if (cfg.save_predictions or split == "predict") and is_rank_zero():
-        report["predictions_file"] = write_predictions(run_dir, b, split, outputs)
+        report["predictions_file"] = write_predictions(run_dir, b, split, outputs,
+                                                       abstention.abstained(cfg, b.task, outputs))
     report.update(extra)
     unknown = set(report) - set(REPORT_KEYS)
     assert not unknown, f"results keys outside REPORT_KEYS: {unknown}"  # one schema for every action

@@ -198,6 +198,15 @@ class Task:
         results.json; None when nothing does."""
         return None
 
+    def abstention_refusal(self) -> str | None:
+        """Why ``predict.min_confidence`` (abstention: tasks/abstention.py) does not apply to this
+        task, one clause; None where it does (:meth:`top_predictions` then gives what it reads)."""
+        return "has no single class with a probability per example (abstention is for single-label classification)"
+
+    def top_predictions(self, outputs: list[Any]) -> list[tuple[str, float]]:
+        """Per output, the predicted class and its probability (``predict.min_confidence``)."""
+        raise NotImplementedError
+
     def outputs_from_predictions(self, values: list[Any], examples: list[dict], path: str) -> list[Any]:
         """Another system's predicted values (action=score: one per gold example, read from ``path``) in
         this task's decode() format, checked against the task: here a label of the task's label set."""

@@ -242,6 +242,15 @@ class ClassificationTask(Task):
                                                                                 for p in row))))
                 for i, row in zip(logits.argmax(-1), probs)]
 
+    def abstention_refusal(self) -> str | None:
+        if self.regression:
+            return "is a regression: its prediction is a number, with no class probability to fall short of"
+        return None
+
+    def top_predictions(self, outputs: list[Any]) -> list[tuple[str, float]]:
+        """The label and its probability as predictions.jsonl shows it (rounded)."""
+        return [(str(out), max(out.probabilities.values())) for out in outputs]
+
     def score(self, outputs: list[Any], examples: list[dict]) -> dict[str, float]:
         golds = [ex["label"] for ex in examples]
         if self.regression:

@@ -87,6 +87,9 @@ def fallback_heads(n: int) -> list[int]:
 class DependencyTask(Task):
     """KLUE DP (``task=dp``)."""
 
+    def abstention_refusal(self) -> str | None:  # predict.min_confidence (tasks/abstention.py)
+        return "parses: a head and a relation per word, not one class with one probability"
+
     head = "dependency"
     label_fields = ("heads", "deprels")
     # which subword states make a word's state, whether POS ids are model inputs, the word LSTM

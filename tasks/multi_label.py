@@ -81,6 +81,10 @@ def best_thresholds(probs: list[list[float]], golds: list[list[bool]]) -> list[f
 class MultiLabelTask(ClassificationTask):
     """A set of labels per example; outputs are ``{"labels": [...], "probs": [...]}``."""
 
+    def abstention_refusal(self) -> str | None:  # predict.min_confidence (tasks/abstention.py)
+        return ("is multi-label: each label is decided on its own probability against task.threshold "
+                "(raise it to answer less)")
+
     multi_label = True
     # the decision is saved with the model: eval/predict of a checkpoint decide as its training did
     saved_options = {"regression": "error", "multi_label": "error", "threshold": "auto"}

@@ -44,6 +44,9 @@ from tasks.transitions import bio_constraints, repair_bio
 class TokenTask(Task):
     """Generic token classification (``token_cls``): CoNLL-style files, tag per word or character."""
 
+    def abstention_refusal(self) -> str | None:  # predict.min_confidence (tasks/abstention.py)
+        return "tags tokens: a prediction is a tag sequence, not one class with one probability"
+
     head = "token"
     # decode and crf pick the head; how units are joined and which subwords carry labels shape its
     # input and the tag scheme auto found in the training file writes the predictions of an untagged file

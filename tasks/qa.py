@@ -43,6 +43,9 @@ def _some(ids: list[str]) -> str:
 class QATask(Task):
     """Extractive QA over SQuAD-shaped data; see the module docstring."""
 
+    def abstention_refusal(self) -> str | None:  # predict.min_confidence (tasks/abstention.py)
+        return "extracts an answer span: its start and end scores are not one class probability"
+
     head = "span"
     label_fields = ("start_positions", "end_positions")
 

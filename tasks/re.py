@@ -299,6 +299,12 @@ class RelationTask(Task):
         probs /= probs.sum(-1, keepdims=True)
         return [{"label": self.labels[int(row.argmax())], "probs": row.tolist()} for row in probs]
 
+    def abstention_refusal(self) -> str | None:
+        return None
+
+    def top_predictions(self, outputs: list[dict]) -> list[tuple[str, float]]:
+        return [(out["label"], max(out["probs"])) for out in outputs]
+
     def outputs_from_predictions(self, values: list[Any], examples: list[dict], path: str) -> list[dict]:
         """The predicted relation, and every relation's probability where the file has them (AUPRC needs
         them all; a file without them scores micro F1 only, and says so)."""

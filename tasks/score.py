@@ -15,6 +15,9 @@ Accepted files (the format is told by the content, the columns by ``score.*``):
   words the model never saw, which ``task=dp_klue`` leaves out of the scores) is read as a dict of
   those columns when the file has no single prediction column.
 
+A row with ``"abstained": true`` (kotune's predictions.jsonl with ``predict.min_confidence``) is
+read as :data:`ABSTAINED`: action=score scores the answered rows only and reports the coverage.
+
 Every gold id needs exactly one prediction: missing or extra ids, and labels outside the task's
 label set, are one-line errors that name counts and the first few ids or labels.
 """
@@ -27,6 +30,7 @@ from kotune.core.errors import DataError
 from tasks.io import file_format, read_json, read_records
 from tasks.outputs import PROBABILITIES, first_few
 
+ABSTAINED = "\x00abstained"  # a row that abstained (its "prediction" is "abstain"): no answer to score
 PREDICTION_COLUMNS = ("prediction", "label", "answer", "prediction_text")
 RECORD_COLUMNS = (("heads", "deprels"),)  # predictions made of several columns (DP)
 OPTIONAL_COLUMNS = ("truncated_words",)  # read with a record where the file has them (DP)
@@ -66,7 +70,9 @@ def read_predictions(path: str, id_column: str = "id", prediction_column: str | 
         key = str(row.get(id_column))
         if key in out:
             raise DataError(path, where, f"id {key!r} is predicted twice")
-        if record:
+        if row.get("abstained") is True:
+            out[key] = ABSTAINED
+        elif record:
             out[key] = {c: row.get(c) for c in record + OPTIONAL_COLUMNS if c in record or c in row}
         else:
             value, probabilities = row.get(column), row.get(PROBABILITIES)

@@ -10,7 +10,8 @@ A request is one input, ``{"text": "..."}`` (``text_pair`` for pair tasks, ``que
 strings do: ``{"inputs": ["...", "..."]}``). The answer is the predictions.jsonl record without its
 id and without the input texts (``?echo=true`` keeps them): ``{"prediction": ...}``, or
 ``{"predictions": [...]}`` for a list; with ``"truncated": true`` where a text did not fit the
-model's window (``"windows": n`` when the checkpoint reads documents as windows).
+model's window (``"windows": n`` when the checkpoint reads documents as windows), and
+``"abstained"`` with ``predict.min_confidence`` (kotune/abstention.py).
 
 Every item is checked before it joins a batch (a lone surrogate, a NUL, a text over
 ``serve.max_text_chars``: 422 naming the item and its ``index``), and a batch that fails is retried
@@ -27,6 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from kotune import abstention
 from kotune.build import build, make_collator
 from kotune.predict import BatchPredictor, predict_rows
 from kotune.runtimes import runtime_of
@@ -55,6 +57,7 @@ class Predictor:
     def __init__(self, cfg: DictConfig):
         servable(build_task(cfg.task))
         self.b = build(cfg, (), onnx=True)
+        self.cfg = cfg  # predict.min_confidence: abstained answers (kotune/abstention.py)
         servable(self.b.task)
         self.runtime = str(self.b.model.runtime)  # torch (a checkpoint), onnxruntime (an ONNX export): kotune/runtimes.py
         forward = runtime_of(self.b.model).forward(self.b.model)
@@ -74,7 +77,9 @@ class Predictor:
         features = task.encode(examples, self.b.tokenizer, self.b.settings)
         inputs = features.select_columns(task.model_columns(features))
         outputs, _ = predict_rows(self.batches, task, features, inputs, examples)
-        records = [{k: v for k, v in r.items() if k != "id"} for r in task.prediction_records(outputs, examples)]
+        flags = abstention.abstained(self.cfg, task, outputs)  # predict.min_confidence, else None
+        records = abstention.mark(task.prediction_records(outputs, examples), flags)
+        records = [{k: v for k, v in r.items() if k != "id"} for r in records]
         if lengths:
             for record, note in zip(records, self.lengths(features, examples)):
                 record.update(note)
