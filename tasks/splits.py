@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from kotune.core.errors import ConfigError, DataError
 from kotune.core.files import sha256_of
+from kotune.core.log import log
 from tasks.base import DATA_COLUMNS, Task, column_settings
 from tasks.folds import assign_folds, fold_selection, fold_settings, fold_stratum
 from tasks.io import ReadOptions, load_hub_split
@@ -92,6 +93,8 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
         for split in settings.wants:
             out[split] = _from_hub(task, data, settings, "train" if split == "train" else
                                    data.get("hub_validation_split", "validation"))
+    if "train" in out and data.get("exclude_ids"):
+        _exclude_ids(out, str(data.exclude_ids))
     _cut_to_limits(out, data)
     if "train" in out and task.tune_fraction:  # out of training, never the validation split's
         out["train"], out["tune"] = _holdout(out["train"], task.tune_fraction, seed, task.split_group,
@@ -196,6 +199,48 @@ def _fold_splits(task: Task, data: DictConfig, settings: _SplitSettings, train: 
         out["train"], out["select"] = _holdout(out["train"], float(data.get("inner_split") or 0.1),
                                                fold_seed, task.split_group, name="select")
     return out
+
+
+def read_ids_file(path: str) -> list[str]:
+    """``data.exclude_ids``: one id per line (blank lines and ``#`` comments skipped); a missing or
+    empty file, or an id twice, is refused in one line."""
+    if not os.path.isfile(path):
+        raise DataError(path, None, "data.exclude_ids: file not found")
+    ids: list[str] = []
+    with open(path, encoding="utf-8-sig") as f:
+        for n, line in enumerate(f, 1):
+            value = line.strip()
+            if not value or value.startswith("#"):
+                continue
+            if value in ids:
+                raise DataError(path, n, f"data.exclude_ids: id '{value}' is listed twice")
+            ids.append(value)
+    if not ids:
+        raise DataError(path, None, "data.exclude_ids: the file lists no ids (one id per line)")
+    return ids
+
+
+def _exclude_ids(out: dict[str, Split], path: str) -> None:
+    """``data.exclude_ids=FILE``: the listed rows leave the training split only (a fold, a held-out
+    share and the validation file keep theirs, so scores stay comparable); every id must be a row of
+    the training file (in any of its parts), else it is refused in one line."""
+    ids = read_ids_file(path)
+    train = out["train"]
+    known = {str(ex["id"]) for s in out.values() if s.source.get("file") == train.source.get("file")
+             and s.source.get("hub") == train.source.get("hub") for ex in s.examples}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        shown = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        raise DataError(path, None, f"data.exclude_ids: {len(unknown)} id(s) are not rows of the training file "
+                                    f"{train.where}: {shown}")
+    drop = set(ids)
+    kept = [ex for ex in train.examples if str(ex["id"]) not in drop]
+    removed = len(train.examples) - len(kept)
+    out["train"] = Split(kept, dict(train.source, exclude_ids={"file": path, "sha256": sha256_of(path),
+                                                               "listed": len(ids), "removed": removed}))
+    log(f"data.exclude_ids: {removed} of {len(train.examples)} training rows left out ({path}; "
+        f"{len(ids) - removed} listed ids are outside the training split)" if removed < len(ids) else
+        f"data.exclude_ids: {removed} of {len(train.examples)} training rows left out ({path})")
 
 
 def _cut_to_limits(out: dict[str, Split], data: DictConfig) -> None:
