@@ -20,6 +20,8 @@ or refuses in one line saying why:
 - ``serve``'s predictor (tests/test_serve.py runs the HTTP server) answers the dev inputs as
   ``predict`` did, or the action refuses in one line;
 - ``embed`` gives a vector of the encoder's width per text;
+- ``label_issues`` needs a k-fold multirun's out-of-fold predictions: a plain run or a checkpoint is
+  refused in one line (tests/test_label_issues.py runs it on a k-fold run);
 - ``probe`` (frozen heads on two layer choices of one encoding) reads the checkpoint's hidden
   states, and its predictions score what its table says;
 - ``pretrain`` on the task's training text, then fine-tuning from it (one task per head kind) starts
@@ -500,6 +502,17 @@ def test_ceiling_gives_the_reference_alignments_score_or_refuses_in_one_line(tra
     else:
         assert metrics == pytest.approx(reference_qa_ceiling(task, examples, tokenizer))
         assert 0 < metrics["exact_match"] < 100  # the sample has answers with an edge inside a token
+
+
+def test_label_issues_of_a_plain_run_or_checkpoint_refuses_in_one_line(trained):
+    """label_issues reads a k-fold multirun's out-of-fold predictions (tests/test_label_issues.py):
+    a plain run, or a checkpoint, is refused in one line saying so."""
+    run = trained["root"] / "plain"
+    for given, error in ((f"label_issues.runs={run}", "is not a cross-validation fold's training run"),
+                         (f"checkpoint={run}", "not a checkpoint: label_issues.runs=DIR")):
+        res = job([*trained["options"], *TINY, "action=label_issues", given], trained["root"] / "label_issues",
+                  trained["cache"])
+        assert error in refused_in_one_line(res)
 
 
 def test_embed_with_the_checkpoint(trained):

@@ -33,4 +33,5 @@ ACTIONS: dict[str, Action] = {
     "export": _module_action("kotune.actions.export"),
     "probe": _module_action("kotune.actions.probe"),
     "serve": _module_action("kotune.actions.serve"),
+    "label_issues": _module_action("kotune.actions.label_issues"),
 }

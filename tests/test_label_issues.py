@@ -1,0 +1,176 @@
+"""action=label_issues (cleanlab on out-of-fold probabilities) and data.exclude_ids: a 3-fold run of
+the text_cls sample with labels flipped on purpose, the ranked issues file it gives, one-line
+refusals for what is not one complete k-fold run, and the training split without the listed rows."""
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, compose, run_cli
+from omegaconf import OmegaConf
+
+SAMPLE = ROOT / "tasks" / "samples" / "text_cls" / "train.tsv"
+FLIPPED = [3, 10, 17, 24, 31, 38]  # data rows (1-based, after the header) whose label is changed
+
+
+def flipped_copy(folder: Path) -> Path:
+    """The sample's training file with the rows of FLIPPED given the next label in turn."""
+    with open(SAMPLE, encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t"))
+    labels = sorted({r[1] for r in rows[1:]})
+    for n in FLIPPED:
+        rows[n][1] = labels[(labels.index(rows[n][1]) + 1) % len(labels)]
+    path = folder / "train.tsv"
+    path.write_text("".join("\t".join(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cv_run(tmp_path_factory, cache_dir):
+    """A 3-fold multirun on the flipped copy: (its directory, the training file)."""
+    folder = tmp_path_factory.mktemp("label_issues")
+    train = flipped_copy(folder)
+    sweep = folder / "cv"
+    proc = run_cli(["-m", "task=text_cls", "model=tiny", "data=sample", f"data.train_file={train}", "data.folds=3",
+                    "data.fold=0,1,2", "train.max_steps=20", "train.batch_size=16", "save_model=false",
+                    f"cache_dir={cache_dir}", f"hydra.sweep.dir={sweep}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return sweep, train
+
+
+def file_labels(path: Path) -> dict[str, str]:
+    with open(path, encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t"))[1:]
+    return {f"{path.name}:{i}": r[1] for i, r in enumerate(rows, 2)}
+
+
+def test_the_issues_file_ranks_rows_with_given_and_suggested_labels(run_job, tmp_path, cv_run):
+    sweep, train = cv_run
+    res = run_job(["action=label_issues", f"label_issues.runs={sweep}"], "issues")
+    assert res["status"] == "ok", res.get("error")
+    assert res["task"] == "text_cls" and res["model"] == "tiny"
+    summary = res["label_issues"]
+    given = file_labels(train)
+    assert summary["n_rows"] == len(given) == 80 and summary["folds"] == 3
+    rows = [json.loads(line) for line in (tmp_path / "issues" / "label_issues.jsonl").read_text().splitlines()]
+    with open(tmp_path / "issues" / "label_issues.csv", encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    assert summary["n_issues"] == len(rows) == len(table) > 0
+    assert [r["id"] for r in table] == [r["id"] for r in rows]
+    assert (tmp_path / "issues" / "label_issues.ids").read_text().split() == [r["id"] for r in rows]
+    labels = set(given.values())
+    scores = [r["label_quality"] for r in rows]
+    assert scores == sorted(scores) and all(0 <= s <= 1 for s in scores)
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    for r in rows:
+        assert r["given_label"] == given[r["id"]] and r["suggested_label"] in labels
+        assert r["given_probability"] == pytest.approx(r["label_quality"], abs=1e-4)  # self-confidence
+        assert r["fold"] in (0, 1, 2) and r["text"]
+    assert set(summary["per_class"]) == labels
+    assert sum(c["n"] for c in summary["per_class"].values()) == 80
+    assert res["data"]["train"]["file"] == str(train)
+
+    # the same out-of-fold predictions given as one file (label_issues.predictions): the same rows
+    merged = tmp_path / "oof.jsonl"
+    merged.write_text("".join(p.read_text() for p in sorted(sweep.rglob("predictions.jsonl"))))
+    again = run_job(["action=label_issues", "task=text_cls", f"label_issues.predictions={merged}",
+                     f"data.train_file={train}"], "from_file")
+    assert again["status"] == "ok", again.get("error")
+    assert [json.loads(line)["id"] for line in (tmp_path / "from_file" / "label_issues.jsonl").read_text().splitlines()] \
+        == [r["id"] for r in rows]
+
+
+def broken(sweep: Path, tmp_path: Path, how: str) -> Path:
+    copy = tmp_path / "cv"
+    shutil.copytree(sweep, copy)
+    runs = sorted(copy.rglob("results.json"))
+    if how == "missing fold":
+        shutil.rmtree(runs[2].parent)
+    elif how == "failed fold":
+        res = json.loads(runs[1].read_text())
+        runs[1].write_text(json.dumps(dict(res, status="failed")))
+    elif how == "no predictions":
+        (runs[0].parent / "predictions.jsonl").unlink()
+    elif how == "other settings":
+        res = json.loads(runs[1].read_text())
+        res["config"]["train"]["lr"] = 0.5
+        runs[1].write_text(json.dumps(res))
+    elif how == "fold twice":
+        shutil.copytree(runs[0].parent, copy / "again")
+    elif how == "rows missing":  # a fold's predictions lose a row: the folds no longer cover the file
+        path = runs[0].parent / "predictions.jsonl"
+        path.write_text("".join(path.read_text().splitlines(keepends=True)[1:]))
+    return copy
+
+
+@pytest.mark.parametrize("how,error", [
+    ("missing fold", "the 3-fold cross-validation lacks fold(s) 2"),
+    ("failed fold", "'s run"),
+    ("no predictions", "wrote no predictions.jsonl"),
+    ("other settings", "the runs differ in more than data.fold (train.lr"),
+    ("fold twice", "fold(s) 0 ran more than once"),
+    ("rows missing", "1 of 80 training rows have no out-of-fold prediction"),
+])
+def test_what_is_not_one_complete_k_fold_run_is_refused_in_one_line(run_job, tmp_path, cv_run, how, error):
+    res = run_job(["action=label_issues", f"label_issues.runs={broken(cv_run[0], tmp_path, how)}"], "refused")
+    assert res["status"] == "failed" and error in res["error"] and "\n" not in res["error"], res.get("error")
+
+
+def test_a_plain_run_or_no_runs_are_refused_in_one_line(run_job, tmp_path):
+    plain = run_job(["task=text_cls", "model=tiny", "data=sample", "train.max_steps=1", "save_model=false"], "plain")
+    assert plain["status"] == "ok", plain.get("error")
+    for args, error in ((["label_issues.runs=" + str(tmp_path / "plain")], "is not a cross-validation fold's training run"),
+                        (["label_issues.runs=" + str(tmp_path / "nowhere")], "no such directory"),
+                        ([], "needs one of label_issues.runs=DIR")):
+        res = run_job(["action=label_issues", *args], "refused")
+        assert res["status"] == "failed" and error in res["error"] and "\n" not in res["error"], res.get("error")
+
+
+def fold_splits(train: Path, extra: dict):
+    from tasks import build_task
+    from tasks.splits import load_splits
+
+    task = build_task(compose(["task=text_cls"]).task)
+    data = OmegaConf.create({"train_file": str(train), "folds": 3, "fold": 0, **extra})
+    return load_splits(task, data, ("train", "validation"), seed=1)
+
+
+def test_exclude_ids_leaves_exactly_those_rows_out_of_training(run_job, tmp_path):
+    train = flipped_copy(tmp_path)
+    plain = fold_splits(train, {})
+    in_train = [ex["id"] for ex in plain["train"].examples]
+    in_fold = [ex["id"] for ex in plain["validation"].examples]
+    listed = in_train[:4] + in_fold[:1]  # a row of the validation fold stays there: training split only
+    ids = tmp_path / "drop.txt"
+    ids.write_text("# flagged by label_issues\n" + "\n".join(listed) + "\n\n")
+    cut = fold_splits(train, {"exclude_ids": str(ids)})
+    assert [ex["id"] for ex in cut["train"].examples] == in_train[4:]
+    assert [ex["id"] for ex in cut["validation"].examples] == in_fold
+    assert cut["train"].source["exclude_ids"]["removed"] == 4 and cut["train"].source["exclude_ids"]["listed"] == 5
+
+    res = run_job(["task=text_cls", "model=tiny", "data=sample", f"data.train_file={train}", "data.folds=3",
+                   "data.fold=0", "train.max_steps=1", "save_model=false", f"data.exclude_ids={ids}"], "cut")
+    assert res["status"] == "ok", res.get("error")
+    assert res["n_train"] == len(in_train) - 4 and res["n_eval"] == len(in_fold)
+    assert res["data"]["train"]["exclude_ids"]["removed"] == 4
+
+
+@pytest.mark.parametrize("content,error", [
+    (None, "data.exclude_ids: file not found"),
+    ("\n# nothing\n", "the file lists no ids"),
+    ("train.tsv:2\ntrain.tsv:2\n", "id 'train.tsv:2' is listed twice"),
+    ("train.tsv:2\nnope\nnope2\n", "2 id(s) are not rows of the training file"),
+])
+def test_bad_ids_files_are_refused_in_one_line(tmp_path, content, error):
+    from kotune.core.errors import KotuneError
+
+    train = flipped_copy(tmp_path)
+    ids = tmp_path / "ids.txt"
+    if content is not None:
+        ids.write_text(content)
+    with pytest.raises(KotuneError) as e:
+        fold_splits(train, {"exclude_ids": str(ids)})
+    assert error in str(e.value) and "\n" not in str(e.value)
