@@ -182,14 +182,14 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
             check_checkpoint_mode(cfg, loaded.model, cfg.checkpoint, "train" in need)
         task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_description()}, cfg.checkpoint)
         use_saved_columns(task, loaded.model.meta, cfg.checkpoint)
-        splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
+        splits = load_splits(task, cfg.data, need, int(cfg.train.seed), calibrate_fraction(cfg, need))
         model = loaded.model
     else:
         if cfg.get("checkpoint"):  # action=probe: a new head on the checkpoint's encoder
             use_saved_columns(task, read_spec(cfg.checkpoint).get("meta") or {}, cfg.checkpoint)
-        splits = load_splits(task, cfg.data, need, int(cfg.train.seed))
+        splits = load_splits(task, cfg.data, need, int(cfg.train.seed), calibrate_fraction(cfg, need))
         if "train" in splits:  # the training data, with any slice held out to tune a decision on
-            task.fit_labels([ex for s in ("train", "tune") if s in splits for ex in splits[s].examples])
+            task.fit_labels([ex for s in ("train", "tune", "calibrate") if s in splits for ex in splits[s].examples])
             if "validation" in splits:
                 task.check_labels(splits["validation"].examples, splits["validation"].where)
         # seeded (torch, transformers) once the data is read, on seeds of its own: a mistake there answers first
@@ -223,6 +223,16 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     if cfg.mode.get("cache") and (model.frozen or not cfg.get("checkpoint") or new_head):
         use_frozen_cache(cfg, built)
     return built
+
+
+def calibrate_fraction(cfg: DictConfig, need: tuple[str, ...]) -> float:
+    """``train.calibrate`` (kotune/calibration.py): the share of the training split held out to fit it
+    on, where the action asks for it (action=train: 'calibrate' in ``need``); else 0."""
+    if "calibrate" not in need:
+        return 0.0
+    from kotune.calibration import fraction
+
+    return fraction(cfg)
 
 
 def plugin_record(task) -> dict:

@@ -23,13 +23,15 @@ from kotune.core.errors import ConfigError
 from kotune.core.files import write_jsonl_atomic
 from kotune.core.log import log
 
-REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "n_select", "trainable_params", "total_params",
+REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "n_select", "n_calibrate", "trainable_params",
+               "total_params",
                "head_params", "mix_params",
                "max_length", "layers", "indices", "scalar_mix", "pooling", "cache", "encode_s",
                "head_train_s", "train_samples_per_second", "train_loss", "eval_samples_per_second",
                "checkpoint", "onnx_file", "resumed_from", "best_step", "selected_on", "metrics_last", "early_stopping",
                "pruned",
                "class_weights",
+               "calibration",
                "decision", "abstention", "predictions_file", "metrics", "data")
 
 

@@ -72,9 +72,11 @@ def require_data_files(data: DictConfig, need: tuple[str, ...]) -> None:
 
 
 
-def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) -> dict[str, Split]:
+def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int,
+                calibrate_fraction: float = 0.0) -> dict[str, Split]:
     """Read the splits in ``need`` ('train', 'validation', 'predict'; 'select': where action=train
-    selects its checkpoint when not on the validation split) from files, samples or hub."""
+    selects its checkpoint when not on the validation split) from files, samples or hub;
+    ``calibrate_fraction`` (``train.calibrate``) holds a 'calibrate' slice out of training."""
     settings = _split_settings(data, need)
     files = settings.files
     if data.get("source") == "sample":  # the preset's files stand in for those not given
@@ -99,6 +101,9 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int) 
     if "train" in out and task.tune_fraction:  # out of training, never the validation split's
         out["train"], out["tune"] = _holdout(out["train"], task.tune_fraction, seed, task.split_group,
                                              name="tune")
+    if "train" in out and calibrate_fraction:  # train.calibrate: fitted after training, on rows never trained on
+        out["train"], out["calibrate"] = _holdout(out["train"], calibrate_fraction, seed, task.split_group,
+                                                  name="calibrate")
     for split, s in out.items():
         if not s.examples:
             raise DataError(s.where, None, f"no examples in the {split} split")
@@ -257,7 +262,8 @@ def _holdout(train: Split, fraction: float, seed: int, group=lambda ex: None,
     """A seeded ``fraction`` of whole groups (``Task.split_group``; rows without one are groups of
     one, split exactly as a shuffle of the rows); ``name``: validation (``data.validation_split``)
     or tune (a task's ``tune_fraction``) or select (``data.inner_split``, ``data.fold_selection=inner``)."""
-    option = {"validation": "data.validation_split", "tune": "task.tune_fraction", "select": "data.inner_split"}[name]
+    option = {"validation": "data.validation_split", "tune": "task.tune_fraction", "select": "data.inner_split",
+              "calibrate": "train.calibrate_fraction"}[name]
     if not 0 < fraction < 1:
         raise ConfigError(f"{option} must be between 0 and 1, got {fraction}")
     groups: dict[Any, list[int]] = {}

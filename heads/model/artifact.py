@@ -107,6 +107,8 @@ META = {
     # the module a plug-in's task came from (kotune/plugins.py): compared with the loaded ones, never imported
     "plugin": (lambda v: isinstance(v, str) and len(v) <= 200 and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", v)
                is not None, "a dotted module name"),
+    # train.calibrate (kotune/calibration.py): what was folded into the head, for the record; never read
+    "calibration": (lambda v: isinstance(v, dict), "a mapping (method, temperature, per-label scaling)"),
 }
 LORA = {
     "r": (integer, "an integer"), "alpha": (number, "a number"), "dropout": (number, "a number"),

@@ -7,7 +7,7 @@ import os
 
 from omegaconf import DictConfig
 
-from kotune import early_stopping
+from kotune import calibration, early_stopping
 from kotune.build import build
 from kotune.runtime import local_rank_zero_first
 from kotune.core.errors import ConfigError
@@ -32,8 +32,10 @@ def selected_on(cfg: DictConfig) -> str | None:
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
     selection = selected_on(cfg)
+    need = ("train", "validation", "select") if selection == SELECTIONS["inner"] else ("train", "validation")
     with local_rank_zero_first():
-        b = build(cfg, ("train", "validation", "select") if selection == SELECTIONS["inner"] else ("train", "validation"))
+        b = build(cfg, need + (("calibrate",) if calibration.method(cfg) else ()))
+    calibration.check(cfg, b.model)  # a head without class probabilities: refused before training
     # after build: a data or config mistake is answered before transformers' Trainer (and peft,
     # accelerate) load, seconds of every failing command
     from kotune.sweeps import pruning
@@ -54,13 +56,16 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
                                  and k[5:] not in ("loss", "runtime", "samples_per_second", "steps_per_second")}
                 if last else None}
     fit_decision(trainer, b)
+    calibrated = calibration.calibrate(cfg, trainer, b, run_dir)  # folded into the head before it predicts
+    if calibrated:
+        b.model.meta.setdefault("task_options", {}).update(b.task.fitted_options())  # thresholds moved with it
     log("evaluating")
     outputs, speed = predict(trainer, b, "validation")
     res = run_report(cfg, run_dir, b, "validation", outputs, speed, train_loss=train_loss,
                      train_samples_per_second=train_metrics.get("train_samples_per_second"),
                      head_train_s=train_metrics.get("train_runtime"),
                      resumed_from=resumed_from, early_stopping=early_stopping.report(trainer, cfg),
-                     pruned=pruning.report(trainer), selected_on=selection, **best)
+                     pruned=pruning.report(trainer), selected_on=selection, calibration=calibrated, **best)
     if res["pruned"]:
         log(f"pruned at evaluation {res['pruned']['evaluation']} (step {res['pruned']['step']} of "
             f"{res['pruned']['max_steps']}): no model saved")

@@ -1,0 +1,185 @@
+"""train.calibrate (issue 44): the calibration metrics by hand, the temperature and Platt fits, the
+fold into the head (argmax unchanged), a tiny run's results, its export's pipeline probabilities,
+the held-out slice never trained on, and the heads that refuse it."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+from heads.calibration import fit_platt, fit_temperature, fold_platt, fold_temperature
+from tasks.calibration_metrics import brier, calibration_scores, ece, mce, nll, reliability_bins, softmax
+
+TINY = ["model=tiny", "data=sample", "train.max_steps=20", "train.learning_rate=3e-3"]
+
+
+# ---- the metrics, by hand ---------------------------------------------------------------
+PROBS = [[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.45, 0.55]]
+LABELS = [0, 1, 1, 0]
+
+
+def test_ece_mce_brier_nll_by_hand():
+    # confidences 0.9 (right), 0.8 (wrong), 0.7 (right), 0.55 (wrong); 15 bins of width 1/15:
+    # 0.9 → bin 13 (0.8667, 0.9333]; 0.8 → bin 11 (0.7333, 0.8]; 0.7 → bin 10 (0.6667, 0.7333]; 0.55 → bin 8
+    # each bin holds one item: |acc − conf| = 0.1, 0.8, 0.3, 0.55
+    assert ece(PROBS, LABELS) == pytest.approx((0.1 + 0.8 + 0.3 + 0.55) / 4)
+    assert mce(PROBS, LABELS) == pytest.approx(0.8)
+    # Brier: Σ_k (p_k − y_k)² per row, averaged: 0.02, 1.28, 0.18, 0.605
+    assert brier(PROBS, LABELS) == pytest.approx((0.02 + 1.28 + 0.18 + 0.605) / 4)
+    assert nll(PROBS, LABELS) == pytest.approx(-(math.log(0.9) + math.log(0.2) + math.log(0.7) + math.log(0.45)) / 4)
+    scores = calibration_scores(PROBS, LABELS)
+    assert scores["accuracy"] == 0.5
+
+
+def test_items_sharing_a_bin_are_averaged_before_the_gap():
+    probs, labels = [[0.82, 0.18], [0.78, 0.22]], [0, 1]  # both in bin 11 (0.7333, 0.8]? 0.82 is in bin 12
+    rows = reliability_bins([[0.76, 0.24], [0.78, 0.22]], [0, 1])
+    full = [r for r in rows if r["count"]]
+    assert len(full) == 1 and full[0]["count"] == 2
+    assert full[0]["confidence"] == pytest.approx(0.77) and full[0]["accuracy"] == 0.5
+    assert ece([[0.76, 0.24], [0.78, 0.22]], [0, 1]) == pytest.approx(0.27)
+    assert len(reliability_bins(probs, labels)) == 15
+    # the upper edge belongs to its bin: a confidence of exactly 0.8 (12/15) is in bin 11
+    assert [r["count"] for r in reliability_bins([[0.8, 0.2]], [0])][11] == 1
+
+
+def test_a_perfectly_calibrated_set_has_no_error():
+    probs = [[0.75, 0.25]] * 4
+    assert ece(probs, [0, 0, 0, 1]) == pytest.approx(0.0)
+    assert mce(probs, [0, 0, 0, 1]) == pytest.approx(0.0)
+
+
+# ---- the fits ---------------------------------------------------------------------------
+@pytest.mark.parametrize("true_t", [0.5, 2.0, 3.0])
+def test_fitting_recovers_a_known_temperature(true_t):
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(20000, 4, generator=g, dtype=torch.float64) * 3  # the calibrated logits
+    labels = torch.distributions.Categorical(logits=base).sample()
+    t = fit_temperature(base * true_t, labels)  # overconfident (T > 1) or under (T < 1) by true_t
+    assert t == pytest.approx(true_t, rel=0.05)
+
+
+def test_platt_recovers_a_known_scaling_per_label():
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(20000, 2, generator=g, dtype=torch.float64) * 2
+    a, c = torch.tensor([0.5, 2.0], dtype=torch.float64), torch.tensor([1.0, -0.5], dtype=torch.float64)
+    targets = torch.bernoulli(torch.sigmoid(z * a + c), generator=g)
+    scale, shift = fit_platt(z, targets)
+    assert scale == pytest.approx([0.5, 2.0], rel=0.08) and shift == pytest.approx([1.0, -0.5], abs=0.08)
+
+
+def test_folding_divides_the_logits_and_keeps_the_argmax():
+    from heads.sequence import SequenceHead
+
+    torch.manual_seed(0)
+    head = SequenceHead(16, 5).eval()
+    states, mask = torch.randn(64, 7, 16), torch.ones(64, 7)
+    before = head(states, mask)
+    fold_temperature(head, 2.5)
+    after = head(states, mask)
+    assert torch.allclose(after, before / 2.5, atol=1e-6)
+    assert torch.equal(after.argmax(-1), before.argmax(-1))
+    fold_platt(head, [2.0] * 5, [0.5] * 5)
+    assert torch.allclose(head(states, mask), after * 2.0 + 0.5, atol=1e-5)
+
+
+def test_softmax_at_a_temperature():
+    assert softmax([[2.0, 0.0]], 2.0)[0][0] == pytest.approx(1 / (1 + math.exp(-1)))
+
+
+# ---- a tiny run ---------------------------------------------------------------------------
+def _training_rows_without_the_slice(tmp_path) -> str:
+    """The sample training file less the calibrate slice train.calibrate holds out (same seed)."""
+    from tests.conftest import compose
+    from tasks import build_task
+    from tasks.splits import load_splits, sample_file
+
+    cfg = compose(["task=text_cls", *TINY])
+    task = build_task(cfg.task)
+    splits = load_splits(task, cfg.data, ("train", "validation"), int(cfg.train.seed), 0.1)
+    kept = {ex["text"] for ex in splits["train"].examples}
+    with open(sample_file(cfg.task, "train"), encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f, delimiter="\t") if r["text"] in kept]
+    assert len(rows) == len(splits["train"].examples)
+    out = tmp_path / "train_less_slice.tsv"
+    with open(out, "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["text", "label"], delimiter="\t")
+        w.writeheader()
+        w.writerows(rows)
+    return str(out)
+
+
+def _records(path) -> list[dict]:
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+@pytest.mark.slow
+def test_a_calibrated_run_predicts_as_before_with_calibrated_probabilities(run_job, tmp_path):
+    from tasks.splits import sample_file
+    from tests.conftest import compose
+
+    dev = sample_file(compose(["task=text_cls", *TINY]).task, "validation")
+    cal = run_job(["task=text_cls", *TINY, "train.calibrate=temperature"], "cal")
+    assert cal["status"] == "ok", cal.get("error")
+    plain = run_job(["task=text_cls", *TINY, "data=sample", f"data.train_file={_training_rows_without_the_slice(tmp_path)}",
+                     f"data.validation_file={dev}"], "plain")
+    assert plain["status"] == "ok", plain.get("error")
+    entry = cal["calibration"]
+    assert entry["method"] == "temperature" and entry["measured_on"] == "validation"
+    assert entry["held_out"] == cal["n_calibrate"] == 8 and cal["n_train"] == plain["n_train"] == 72
+    assert plain["calibration"] is None and plain["n_calibrate"] is None
+    assert entry["before"]["accuracy"] == entry["after"]["accuracy"]
+    assert set(entry["before"]) == {"ece", "mce", "brier", "nll", "accuracy"}
+    assert (tmp_path / "cal" / "reliability.png").stat().st_size > 1000
+    assert entry["after"]["nll"] <= entry["before"]["nll"] + 1e-9 or entry["temperature"] != 1.0
+    ours, theirs = _records(tmp_path / "cal" / "predictions.jsonl"), _records(tmp_path / "plain" / "predictions.jsonl")
+    assert [r["prediction"] for r in ours] == [r["prediction"] for r in theirs]
+    assert cal["metrics"] == plain["metrics"]
+    assert abs(entry["temperature"] - 1.0) > 1e-3
+    assert any(r["probabilities"] != s["probabilities"] for r, s in zip(ours, theirs))
+    # the temperature is in the weights: the native export's pipeline gives predictions.jsonl's probabilities
+    out = run_job(["task=text_cls", *TINY, "action=export", f"checkpoint={tmp_path / 'cal'}",
+                   f"export.dir={tmp_path / 'hf'}"], "export")
+    assert out["status"] == "ok", out.get("error")
+    import transformers
+
+    pipe = transformers.pipeline("text-classification", model=str(tmp_path / "hf"), device="cpu")
+    served = pipe([r["text"] for r in ours], truncation=True, top_k=None)
+    for record, scores in zip(ours, served):
+        got = {s["label"]: s["score"] for s in scores}
+        assert got == pytest.approx(record["probabilities"], abs=1e-4)
+        assert max(got, key=got.get) == record["prediction"]
+
+
+@pytest.mark.slow
+def test_multi_label_platt_keeps_the_decisions(run_job, tmp_path):
+    res = run_job(["task=multi_label", *TINY, "train.calibrate=temperature"], "ml")
+    assert res["status"] == "ok", res.get("error")
+    entry = res["calibration"]
+    assert entry["method"] == "platt" and entry["temperature"] is None and set(entry["platt"]) == set(res["decision"]["thresholds"])
+    # the decisions the checkpoint makes again are those the run reported
+    again = run_job(["task=multi_label", "model=tiny", "data=sample", "action=eval", f"checkpoint={tmp_path / 'ml'}"], "eval")
+    assert again["status"] == "ok", again.get("error")
+    assert again["metrics"] == res["metrics"]
+
+
+@pytest.mark.parametrize("task, extra, words", [
+    ("sts", [], "regression"),
+    ("qa", [], "span head"),
+    ("dp", [], "dependency head"),
+    ("ner", ["task.crf=true"], "CRF"),
+])
+def test_heads_without_class_probabilities_refuse_in_one_line(run_job, task, extra, words):
+    res = run_job([f"task={task}", "model=tiny", "data=sample", "train.max_steps=1", "train.calibrate=temperature",
+                   *extra])
+    assert res["status"] == "failed"
+    assert "train.calibrate=temperature does not apply" in res["error"] and words in res["error"]
+    assert "\n" not in res["error"]
+
+
+def test_an_unknown_method_is_refused(run_job):
+    res = run_job(["task=text_cls", "model=tiny", "data=sample", "train.max_steps=1", "train.calibrate=isotonic"])
+    assert res["status"] == "failed" and "train.calibrate=isotonic" in res["error"]
