@@ -31,6 +31,7 @@ HELPERS = {"__init__.py", "common.py", "hate_speech.py", "jobs.py", "pretraining
 # ../shared (skipped without it).
 SCRIPTS = {
     "auprc_absent_class": [],
+    "calibration": ["--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
     "class_weights": ["--model-dir", "{model}", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
     "dp_options": [],
     "frozen_cache": [],
