@@ -11,7 +11,6 @@ ONNX exports and ``transformers.pipeline()`` give calibrated probabilities with 
 the argmax (a multi-label task's decisions: its thresholds move with the scaling) is unchanged."""
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -183,13 +182,3 @@ def write_diagram(path: str, before: list[dict], after: list[dict], entry: dict)
     os.replace(tmp, path)
     return os.path.basename(path)
 
-
-def no_nan(entry: dict | None) -> dict | None:
-    """JSON has no NaN: a metric that could not be measured is None."""
-    if entry is None:
-        return None
-    for side in ("before", "after"):
-        for k, v in list(entry.get(side, {}).items()):
-            if isinstance(v, float) and not math.isfinite(v):
-                entry[side][k] = None
-    return entry
