@@ -36,6 +36,7 @@ SCRIPTS = {
     "dp_options": [],
     "frozen_cache": [],
     "hf_parity": [],
+    "label_issues": ["--out", "{out}", "--cache-dir", "{cache}"],
     "modes": ["--model-dir", "{model}", "--out", "{out}", "--cache-dir", "{cache}"],
     "multi_label": ["--model-dir", "{model}", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
     "ner_crf": ["--model-dir", "{model}", "--out", "{out}", "--cache-dir", "{cache}"],
@@ -50,7 +51,7 @@ SCRIPTS = {
     "sweep_pruning": ["--out", "{out}"],
     "throughput": ["--out", "{out}"],
 }
-NO_SHARED = {"auprc_absent_class", "sweep_pruning"}
+NO_SHARED = {"auprc_absent_class", "label_issues", "sweep_pruning"}
 # built first: pretrain_gain's --smoke recipe and cache are the encoder's, so its pretraining is reused
 NEEDS_ENCODER = {"class_weights", "modes", "multi_label", "ner_crf", "pretrain_gain"}
 TIMEOUT_S = 600
