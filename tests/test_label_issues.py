@@ -83,6 +83,24 @@ def test_the_issues_file_ranks_rows_with_given_and_suggested_labels(run_job, tmp
         == [r["id"] for r in rows]
 
 
+def test_multi_label_issues_list_label_sets(run_job, tmp_path, cache_dir):
+    sweep = tmp_path / "cv"
+    proc = run_cli(["-m", "task=multi_label", "model=tiny", "data=sample", "data.folds=3", "data.fold=0,1,2",
+                    "train.max_steps=4", "train.batch_size=16", "save_model=false", f"cache_dir={cache_dir}",
+                    f"hydra.sweep.dir={sweep}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = run_job(["action=label_issues", f"label_issues.runs={sweep}"], "issues")
+    assert res["status"] == "ok", res.get("error")
+    summary = res["label_issues"]
+    assert summary["kind"] == "multi-label" and summary["n_rows"] == 64
+    rows = [json.loads(line) for line in (tmp_path / "issues" / "label_issues.jsonl").read_text().splitlines()]
+    assert len(rows) == summary["n_issues"]
+    assert [r["label_quality"] for r in rows] == sorted(r["label_quality"] for r in rows)
+    labels = set(summary["per_class"])
+    assert all(isinstance(r["given_label"], list) and set(r["given_label"]) <= labels
+               and set(r["suggested_label"]) <= labels for r in rows)
+
+
 def broken(sweep: Path, tmp_path: Path, how: str) -> Path:
     copy = tmp_path / "cv"
     shutil.copytree(sweep, copy)

@@ -71,18 +71,18 @@ def _single_label(examples, records, labels, index, probs, given) -> dict:
 
 
 def _multi_label(examples, records, labels, index, probs, given) -> dict:
-    from cleanlab.filter import find_label_issues
     from cleanlab.multilabel_classification.dataset import (
         rank_classes_by_multilabel_quality,
     )
+    from cleanlab.multilabel_classification.filter import find_label_issues
     from cleanlab.multilabel_classification.rank import get_label_quality_scores
 
     y = [sorted(index[g] for g in gs) for gs in given]
     onehot = np.zeros_like(probs, dtype=int)
     for i, js in enumerate(y):
         onehot[i, js] = 1
-    flagged = find_label_issues(y, probs, multi_label=True, n_jobs=1)
-    quality = get_label_quality_scores(onehot, probs)
+    flagged = find_label_issues(y, probs, n_jobs=1)
+    quality = get_label_quality_scores(y, probs)
     per = rank_classes_by_multilabel_quality(labels=y, pred_probs=probs)
     per_class = {labels[int(r["Class Index"])]: {"n": int(onehot[:, int(r["Class Index"])].sum()),
                                                    "issues": int(r["Label Issues"]),
@@ -92,7 +92,9 @@ def _multi_label(examples, records, labels, index, probs, given) -> dict:
     rows = []
     for i in np.flatnonzero(flagged):
         ex = examples[i]
-        suggested = [labels[j] for j in range(len(labels)) if probs[i, j] >= 0.5]
+        decided = records[str(ex["id"])].get("prediction")  # the fold model's set, at its task.threshold
+        suggested = list(decided) if isinstance(decided, list) else [labels[j] for j in range(len(labels))
+                                                                     if probs[i, j] >= 0.5]
         rows.append({"id": str(ex["id"]), "text": ex.get("text"), "text_pair": ex.get("text_pair"),
                      "given_label": list(given[i]), "suggested_label": suggested,
                      "label_quality": round(float(quality[i]), 6),
