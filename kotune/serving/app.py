@@ -135,13 +135,85 @@ async def answer_or_disconnect(future: asyncio.Future, receive) -> list[dict] | 
         future.cancel()
 
 
+def json_error(status: int, message: str, headers: dict | None = None, **extra):
+    """A one-line JSON error answer: ``{"error": "...", ...extra}``."""
+    from fastapi.responses import Response
+
+    return Response(error_body(message, **extra), status_code=status, headers=headers, media_type="application/json")
+
+
+def add_error_handlers(app) -> None:
+    """Every error as a one-line JSON answer: a request the schema refuses (422), an HTTP error, and a
+    bug (500 with an id that the log repeats beside its traceback)."""
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        return json_error(422, f"{where}: {first.get('msg', 'invalid request')}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        return json_error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception):
+        eid = error_id()
+        logger.error(f"error [{eid}]: {request.method} {request.url.path}: {type(exc).__name__}: {exc}", exc_info=exc)
+        return json_error(500, f"internal error {eid}: {type(exc).__name__}", id=eid)
+
+
+async def answer(request, predictor, batcher: Batcher, max_items: int, max_text_chars: int, echo: bool):
+    """``POST /predict``: the body read and checked by hand (one line per mistake, naming the item), its
+    examples queued on the batcher, the records (or the item's error) once its batch has run."""
+    from fastapi.responses import Response
+    from starlette.requests import ClientDisconnect
+
+    try:
+        raw = await request.body()
+    except ClientDisconnect:  # gone while sending its body: nothing to answer, nothing to log
+        return Response(status_code=499)
+    try:
+        body = json.loads(raw)
+    except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
+        return json_error(400, f"body: not JSON ({getattr(e, 'msg', type(e).__name__)}"
+                               f"{f' at character {e.pos}' if getattr(e, 'pos', None) is not None else ''})")
+    single = True
+    try:
+        items, single = request_items(body, predictor.fields, max_items, max_text_chars)
+        try:
+            examples = predictor.examples(items)
+        except DataError as e:
+            raise data_error(e, single) from None
+        try:
+            future = batcher.enqueue(examples)
+        except ShuttingDown:
+            batcher.stats["refused"] += 1
+            raise RequestError(503, "the server is shutting down; retry", headers={"connection": "close"}) from None
+        try:
+            records = await answer_or_disconnect(future, request.receive)
+        except ShuttingDown:
+            raise RequestError(503, "the server is shutting down; retry", headers={"connection": "close"}) from None
+        except ItemFailed as e:
+            if isinstance(e.error, DataError):
+                raise data_error(e.error, single) from None
+            raise RequestError(500, f"{'' if single else f'item {e.index}: '}internal error {e.id}: "
+                                    f"{type(e.error).__name__}", e.index, id=e.id) from None
+    except RequestError as e:
+        return json_error(e.status, str(e), e.headers, index=e.index, id=e.id)
+    if records is None:  # the client is gone: nobody reads this
+        return Response(status_code=499)
+    if not echo:
+        records = [{k: v for k, v in r.items() if k not in predictor.fields} for r in records]  # ?echo=true keeps them
+    return records[0] if single else {"predictions": records}
+
+
 def create_app(predictor, batcher: Batcher, max_items: int, max_body_bytes: int, *, max_text_chars: int = 100_000,
                body_timeout_s: float = 10.0, api_key: str | None = None, docs: bool = False):
     from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import Response
-    from starlette.exceptions import HTTPException
-    from starlette.requests import ClientDisconnect
 
     @asynccontextmanager
     async def lifespan(app):
@@ -152,26 +224,7 @@ def create_app(predictor, batcher: Batcher, max_items: int, max_body_bytes: int,
 
     app = FastAPI(title="kotune", lifespan=lifespan, docs_url="/docs" if docs else None,
                   redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
-
-    def error(status: int, message: str, headers: dict | None = None, **extra) -> Response:
-        return Response(error_body(message, **extra), status_code=status, headers=headers,
-                        media_type="application/json")
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-        return error(422, f"{where}: {first.get('msg', 'invalid request')}")
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException):
-        return error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def internal(request: Request, exc: Exception):
-        eid = error_id()
-        logger.error(f"error [{eid}]: {request.method} {request.url.path}: {type(exc).__name__}: {exc}", exc_info=exc)
-        return error(500, f"internal error {eid}: {type(exc).__name__}", id=eid)
+    add_error_handlers(app)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -180,45 +233,9 @@ def create_app(predictor, batcher: Batcher, max_items: int, max_body_bytes: int,
                 "in_flight": len(batcher.waiting)}
 
     async def predict(request, echo: bool = False):
-        try:
-            raw = await request.body()
-        except ClientDisconnect:  # gone while sending its body: nothing to answer, nothing to log
-            return Response(status_code=499)
-        try:
-            body = json.loads(raw)
-        except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
-            return error(400, f"body: not JSON ({getattr(e, 'msg', type(e).__name__)}"
-                              f"{f' at character {e.pos}' if getattr(e, 'pos', None) is not None else ''})")
-        single = True
-        try:
-            items, single = request_items(body, predictor.fields, max_items, max_text_chars)
-            try:
-                examples = predictor.examples(items)
-            except DataError as e:
-                raise data_error(e, single) from None
-            try:
-                future = batcher.enqueue(examples)
-            except ShuttingDown:
-                batcher.stats["refused"] += 1
-                raise RequestError(503, "the server is shutting down; retry", headers={"connection": "close"}) from None
-            try:
-                records = await answer_or_disconnect(future, request.receive)
-            except ShuttingDown:
-                raise RequestError(503, "the server is shutting down; retry", headers={"connection": "close"}) from None
-            except ItemFailed as e:
-                if isinstance(e.error, DataError):
-                    raise data_error(e.error, single) from None
-                raise RequestError(500, f"{'' if single else f'item {e.index}: '}internal error {e.id}: "
-                                        f"{type(e.error).__name__}", e.index, id=e.id) from None
-        except RequestError as e:
-            return error(e.status, str(e), e.headers, index=e.index, id=e.id)
-        if records is None:  # the client is gone: nobody reads this
-            return Response(status_code=499)
-        if not echo:
-            records = [{k: v for k, v in r.items() if k not in predictor.fields} for r in records]  # ?echo=true keeps them
-        return records[0] if single else {"predictions": records}
+        return await answer(request, predictor, batcher, max_items, max_text_chars, echo)
 
-    predict.__annotations__.update(request=Request, echo=bool)  # the body is read and checked above, by hand
+    predict.__annotations__.update(request=Request, echo=bool)  # the body is read and checked in answer(), by hand
     app.post("/predict", openapi_extra={"requestBody": {"required": True, "content": {
         "application/json": {"schema": request_model(predictor.fields).model_json_schema()}}}})(predict)
 
