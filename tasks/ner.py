@@ -14,6 +14,10 @@ covers — whatever the tokenizer did with [UNK], emoji, spaces or normalisation
   character, its other characters continue it as I-), or with ``decode=char`` each character's own
   tag; characters no token covers (spaces, characters the tokenizer dropped) continue an entity
   only when both neighbours are in it; characters past ``max_length`` are predicted O.
+* probabilities (``task.unit_probabilities=true``, off by default): each unit's tag probabilities
+  (the softmax of the logits at the slot its tag is decided from; a character inside a token gets
+  its token's, the B-X mass moved to I-X as the decode does), written in predictions.jsonl for
+  ``action=label_issues``; refused with ``task.crf`` (Viterbi decodes whole paths, not per unit).
 * scoring (``score``): KLUE's two F1s on characters, whitespace left out as KLUE-baseline does.
 * ``ceiling``: the gold labels through exactly that alignment and decoding.
 
@@ -39,6 +43,23 @@ from tasks.tagging import (BIO, DECODES, LABEL_SUBWORDS, LAYOUTS, SCHEME_ALIASES
 from tasks.transitions import bio_constraints, repair_bio
 
 
+PROBABILITY_DIGITS = 4  # as classification's probabilities in predictions.jsonl
+
+
+class UnitTags(list):
+    """A sentence's decoded tags (one per unit) that also carry each unit's tag probabilities
+    (``task.unit_probabilities``): a plain list for scoring, the probabilities for predictions.jsonl."""
+
+    def __init__(self, tags: list[str], probabilities: list[list[float] | None]):
+        super().__init__(tags)
+        self.probabilities = probabilities
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    out = np.exp(logits - logits.max(-1, keepdims=True))
+    return out / out.sum(-1, keepdims=True)
+
+
 # ---- the tasks -------------------------------------------------------------------------------
 @register_task("token_cls")
 class TokenTask(Task):
@@ -51,7 +72,8 @@ class TokenTask(Task):
     # decode and crf pick the head; how units are joined and which subwords carry labels shape its
     # input and the tag scheme auto found in the training file writes the predictions of an untagged file
     saved_options = {"decode": "error", "crf": "error", "join": "saved", "label_subwords": "saved", "scheme": "auto"}
-    own_options = {"crf": TaskOption((None, False), "a CRF decodes sequences of tags: it needs a tagging task")}
+    own_options = {"crf": TaskOption((None, False), "a CRF decodes sequences of tags: it needs a tagging task"),
+                   "unit_probabilities": TaskOption((None, False), "per-unit tag probabilities of a tagging task")}
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -64,6 +86,11 @@ class TokenTask(Task):
                               f"got '{self.label_subwords}'")
         self.crf = bool(cfg.get("crf", False))  # a CRF over the emissions (heads/crf.py)
         self.join = str(cfg.get("join") or "")  # "" joins characters, " " joins words
+        # predictions.jsonl: each unit's tag probabilities (action=label_issues reads them)
+        self.unit_probabilities = bool(cfg.get("unit_probabilities", False))
+        if self.unit_probabilities and self.crf:
+            raise ConfigError("task.unit_probabilities=true with task.crf=true: a CRF decodes whole tag paths "
+                              "by Viterbi, with no per-unit probabilities: set task.crf=false")
         self.layout = str(cfg.get("layout", "auto"))
         if self.layout not in LAYOUTS:
             raise ConfigError(f"task.layout must be one of {', '.join(LAYOUTS)}, got '{self.layout}'")
@@ -294,6 +321,8 @@ class TokenTask(Task):
         """Per example, one tag per unit (characters for KLUE NER)."""
         logits = predictions[0] if isinstance(predictions, tuple) else predictions
         ids = np.asarray(logits).argmax(-1)  # rows are padded with -100 by Trainer: read only valid slots
+        probs = softmax(np.asarray(logits, dtype=np.float64)) if self.unit_probabilities else None
+        into = self._continuation_index() if probs is not None else None
         n_cut = 0
         outputs = []
         columns = ("char_index",) if self.decode_mode == "char" else ("token_start", "token_end")
@@ -301,25 +330,44 @@ class TokenTask(Task):
         for i, ex in enumerate(examples):
             lay = layout(ex["units"], self.join)
             char_tags: list[str | None] = [None] * len(lay.text)
+            char_probs: list[Any] = [None] * len(lay.text)  # with unit_probabilities: per character
             row = ids[i]
             if self.decode_mode == "char":
                 for j, c in enumerate(meta["char_index"][i]):
                     char_tags[c] = self.labels[row[j]]
+                    if probs is not None:
+                        char_probs[c] = probs[i, j]
             else:
                 for t, (s, e) in enumerate(zip(meta["token_start"][i], meta["token_end"][i])):
                     if s < 0:
                         continue
                     tag = self.labels[row[t]]
                     char_tags[s] = tag
+                    inner = None
+                    if probs is not None:
+                        char_probs[s] = probs[i, t]
+                        inner = np.bincount(into, weights=probs[i, t], minlength=len(self.labels))
                     for c in range(s + 1, e):
                         if not lay.text[c].isspace():
                             char_tags[c] = continuation(tag)
+                            char_probs[c] = inner
             limit = meta["char_limit"][i]
             n_cut += sum(1 for ch in lay.text[limit:] if not ch.isspace())
-            outputs.append(unit_tags(fill_uncovered(char_tags, lay.text, limit), lay))
+            tags = unit_tags(fill_uncovered(char_tags, lay.text, limit), lay)
+            if probs is not None:
+                tags = UnitTags(tags, [None if c >= limit or char_probs[c] is None else
+                                       [round(float(p), PROBABILITY_DIGITS) for p in char_probs[c]]
+                                       for c in lay.unit_first])
+            outputs.append(tags)
         if n_cut:
             log(f"decode: {n_cut} characters past max_length predicted O")
         return outputs
+
+    def _continuation_index(self) -> np.ndarray:
+        """Per label, the label a character inside its token carries (B-X → I-X where the model
+        has I-X), so a token's probabilities sum onto its inner characters' tags."""
+        index = {t: k for k, t in enumerate(self.labels)}
+        return np.array([index.get(continuation(t), k) for k, t in enumerate(self.labels)])
 
     # ---- scoring -------------------------------------------------------------------------
     @staticmethod
@@ -336,7 +384,8 @@ class TokenTask(Task):
     def prediction_records(self, outputs: list[list[str]], examples: list[dict]) -> list[dict]:
         """The text, its units (the words or characters each tag belongs to), the tags in the
         files' own scheme (IOBES, PER-B, ...: as they were read), the entities they make (type,
-        text, character offsets in ``text``) and the gold tags where the file has them."""
+        text, character offsets in ``text``), each unit's tag probabilities with
+        ``task.unit_probabilities=true`` and the gold tags where the file has them."""
         scheme = self.scheme or "iob2"
         records = []
         for out, ex in zip(outputs, examples):
@@ -344,6 +393,10 @@ class TokenTask(Task):
                       "prediction": from_iob2(out, scheme)}
             if scheme != "none":
                 record["entities"] = predicted_entities(ex["units"], self.join, out)
+            if getattr(out, "probabilities", None) is not None:
+                # per unit: its tag probabilities in the order of ``tags`` (the model's tags, IOB2),
+                # null where the model saw nothing (spaces, characters past max_length)
+                record["unit_probabilities"] = {"tags": list(self.labels), "units": out.probabilities}
             records.append(dict(record, **({"gold": from_iob2(ex["tags"], scheme)} if "tags" in ex else {})))
         return records
 

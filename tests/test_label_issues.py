@@ -1,6 +1,8 @@
 """action=label_issues (cleanlab on out-of-fold probabilities) and data.exclude_ids: a 3-fold run of
 the text_cls sample with labels flipped on purpose, the ranked issues file it gives, one-line
-refusals for what is not one complete k-fold run, and the training split without the listed rows."""
+refusals for what is not one complete k-fold run, and the training split without the listed rows;
+the token_cls sample's 3-fold run with task.unit_probabilities=true and a few tags flipped (the
+sentences with their given and suggested tags), refused without the option."""
 from __future__ import annotations
 
 import csv
@@ -192,3 +194,114 @@ def test_bad_ids_files_are_refused_in_one_line(tmp_path, content, error):
     with pytest.raises(KotuneError) as e:
         fold_splits(train, {"exclude_ids": str(ids)})
     assert error in str(e.value) and "\n" not in str(e.value)
+
+
+# ---- token tasks (NER, token_cls): cleanlab's token_classification on per-unit probabilities ----
+TOKEN_SAMPLE = ROOT / "tasks" / "samples" / "token_cls" / "train.conll"
+TOKEN_FLIPPED = [2, 9, 16, 23, 30, 37, 44]  # sentences (0-based) whose first single-word PER/LOC changes type
+
+
+def token_flipped_copy(folder: Path) -> tuple[Path, dict[str, tuple[int, str, str]]]:
+    """The token_cls sample with, in the sentences of TOKEN_FLIPPED, the first B-PER or B-LOC not
+    followed by I- turned into the other: (the file, id → (unit, given tag, original tag))."""
+    blocks = TOKEN_SAMPLE.read_text(encoding="utf-8").strip("\n").split("\n\n")
+    flipped, line = {}, 1
+    for s, block in enumerate(blocks):
+        rows = [r.split("\t") for r in block.split("\n")]
+        if s in TOKEN_FLIPPED:
+            for k, (_, tag) in enumerate(rows):
+                after = rows[k + 1][1] if k + 1 < len(rows) else "O"
+                if tag in ("B-PER", "B-LOC") and not after.startswith("I-"):
+                    rows[k][1] = "B-LOC" if tag == "B-PER" else "B-PER"
+                    flipped[f"train.conll:{line}"] = (k, rows[k][1], tag)
+                    break
+        blocks[s] = "\n".join("\t".join(r) for r in rows)
+        line += len(rows) + 1
+    path = folder / "train.conll"
+    path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+    return path, flipped
+
+
+def token_cv(folder: Path, cache_dir: str, *extra: str) -> tuple[Path, dict]:
+    train, flipped = token_flipped_copy(folder)
+    sweep = folder / "cv"
+    proc = run_cli(["-m", "task=token_cls", "model=tiny", "data=sample", f"data.train_file={train}", "data.folds=3",
+                    "data.fold=0,1,2", "train.max_steps=30", "train.batch_size=16", "train.learning_rate=1e-3",
+                    "save_model=false", f"cache_dir={cache_dir}", f"hydra.sweep.dir={sweep}", *extra])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return sweep, flipped
+
+
+def test_token_issues_list_sentences_with_given_and_suggested_tags(run_job, tmp_path, cache_dir):
+    sweep, flipped = token_cv(tmp_path, cache_dir, "task.unit_probabilities=true")
+    preds = [json.loads(line) for p in sorted(sweep.rglob("predictions.jsonl")) for line in p.read_text().splitlines()]
+    for rec in preds:
+        probs = rec["unit_probabilities"]
+        assert len(probs["units"]) == len(rec["units"]) == len(rec["prediction"])
+        for unit, p in zip(rec["prediction"], probs["units"]):  # a word's first subword decides its tag
+            assert p is not None and sum(p) == pytest.approx(1, abs=1e-3) and probs["tags"][p.index(max(p))] == unit
+    res = run_job(["action=label_issues", f"label_issues.runs={sweep}"], "issues")
+    assert res["status"] == "ok", res.get("error")
+    summary = res["label_issues"]
+    assert summary["kind"] == "token" and summary["n_rows"] == len(preds) and summary["folds"] == 3
+    assert summary["n_units"] == sum(len(r["units"]) for r in preds) and summary["n_unit_issues"] > 0
+    assert set(summary["per_class"]) <= {"B-LOC", "B-ORG", "B-PER", "I-ORG", "O"}
+    rows = [json.loads(line) for line in (tmp_path / "issues" / "label_issues.jsonl").read_text().splitlines()]
+    with open(tmp_path / "issues" / "label_issues.csv", encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    assert summary["n_issues"] == len(rows) == len(table) > 0
+    assert [r["id"] for r in table] == [r["id"] for r in rows]
+    assert table[0]["given_tags"] == "|".join(rows[0]["given_tags"])
+    scores = [r["label_quality"] for r in rows]
+    assert scores == sorted(scores) and [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    given = {rec["id"]: rec["gold"] for rec in preds}
+    for r in rows:
+        assert r["units"] and r["text"] and r["fold"] in (0, 1, 2)
+        assert len(r["positions"]) == len(r["tokens"]) == len(r["given_tags"]) == len(r["suggested_tags"]) > 0
+        assert [r["units"][k] for k in r["positions"]] == r["tokens"]
+        assert [given[r["id"]][k] for k in r["positions"]] == r["given_tags"]
+        assert min(r["token_quality"]) == pytest.approx(r["label_quality"], abs=1e-6)  # the sentence: its worst unit
+    # the flipped tags are among those listed, with the original tag suggested for at least one
+    listed = {(r["id"], k): s for r in rows for k, s in zip(r["positions"], r["suggested_tags"])}
+    found = [listed[(i, k)] == orig for i, (k, _, orig) in flipped.items() if (i, k) in listed]
+    assert len(flipped) == len(TOKEN_FLIPPED) and sum(found) >= len(flipped) // 2, (flipped, rows[:3])
+
+
+def test_token_runs_without_unit_probabilities_are_refused_in_one_line(run_job, tmp_path, cache_dir):
+    sweep, _ = token_cv(tmp_path, cache_dir, "train.max_steps=2")
+    records = [json.loads(line) for p in sweep.rglob("predictions.jsonl") for line in p.read_text().splitlines()]
+    assert records and not any("unit_probabilities" in r for r in records)  # off by default: records unchanged
+    res = run_job(["action=label_issues", f"label_issues.runs={sweep}"], "refused")
+    assert res["status"] == "failed" and "rerun the k-fold multirun with task.unit_probabilities=true" in res["error"]
+    assert "\n" not in res["error"]
+
+
+def test_unit_probabilities_with_a_crf_are_refused_in_one_line():
+    from kotune.core.errors import ConfigError
+    from tasks import build_task
+
+    with pytest.raises(ConfigError) as e:
+        build_task(compose(["task=token_cls", "task.crf=true", "task.unit_probabilities=true"]).task)
+    assert "Viterbi" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError):  # a classification task has no such option
+        build_task(compose(["task=text_cls", "+task.unit_probabilities=true"]).task)
+
+
+def test_klue_characters_inside_a_token_carry_its_probabilities(run_job, tmp_path):
+    res = run_job(["task=ner", "model=tiny", "data=sample", "train.max_steps=2", "save_model=false",
+                   "task.unit_probabilities=true"], "ner")
+    assert res["status"] == "ok", res.get("error")
+    records = [json.loads(line) for line in (tmp_path / "ner" / "predictions.jsonl").read_text().splitlines()]
+    inner = 0
+    for rec in records:
+        tags, units = rec["unit_probabilities"]["tags"], rec["unit_probabilities"]["units"]
+        assert len(units) == len(rec["units"])
+        for char, decided, p in zip(rec["units"], rec["prediction"], units):
+            if char.isspace():
+                assert p is None  # no token covers a space: left out of label_issues
+            elif p is not None:
+                assert sum(p) == pytest.approx(1, abs=1e-3) and p[tags.index(decided)] > 0
+                if all(v == 0 for t, v in zip(tags, p) if t.startswith("B-")):  # a character inside a token
+                    inner += 1  # its token's B-X mass moved to I-X: its decided tag continues the token's
+                    assert not decided.startswith("B-")
+    assert inner > 0

@@ -15,8 +15,9 @@ first: id, text, given label, suggested label, scores) and the summary in result
 (``label_issues``: counts and cleanlab's estimated noise per class). ``data.exclude_ids=FILE``
 (``label_issues.ids``, written beside them) retrains without the rows.
 
-Classification and multi-label tasks; token tasks (NER) write no per-token probabilities and are
-refused, as are regression tasks (no classes)."""
+Classification, multi-label and token tasks (NER, token_cls: the folds must have run with
+``task.unit_probabilities=true``, without ``task.crf``; one flagged row per sentence, its units in
+question with their given and suggested tags); regression tasks (no classes) are refused."""
 from __future__ import annotations
 
 import csv
@@ -55,11 +56,13 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     else:
         run_cfg, records, source = cfg, read_records(str(preds)), {"predictions": os.path.abspath(str(preds))}
     task = build_task(run_cfg.task)
+    if runs:
+        token_refusal(task, str(runs))
     if getattr(task, "regression", False):
         raise ConfigError(f"action=label_issues: task {task.name} is a regression (no classes to mislabel)")
     examples, data_source = training_rows(task, run_cfg)
     found = find_issues(task, examples, records, source.get("runs") or source["predictions"])
-    written = write_outputs(run_dir, found["rows"])
+    written = write_outputs(run_dir, found["rows"], found.pop("fields", FIELDS))
     summary = {**source, **{k: v for k, v in found.items() if k != "rows"}, "files": written}
     log(f"label_issues: {summary['n_issues']} of {summary['n_rows']} rows flagged ({written['csv']})")
     return {"task": run_cfg.task.name, "model": run_cfg.model.name, "mode": run_cfg.mode.name,
@@ -114,6 +117,8 @@ def fold_runs(folder: str) -> tuple[DictConfig, dict[str, dict], dict]:
     if missing:
         raise ConfigError(f"label_issues.runs={folder}: the {k}-fold cross-validation lacks fold(s) "
                           f"{', '.join(map(str, missing))}: run data.fold={','.join(map(str, missing))} too")
+    cfg = OmegaConf.create(runs[0][1]["config"])
+    token_refusal(build_task(cfg.task), folder)
     records: dict[str, dict] = {}
     for where, res in sorted(runs, key=lambda r: r[1]["config"]["data"]["fold"]):
         fold = int(res["config"]["data"]["fold"])
@@ -126,8 +131,19 @@ def fold_runs(folder: str) -> tuple[DictConfig, dict[str, dict], dict]:
             if rec["id"] in records:
                 raise DataError(str(path), rec["id"], "predicted in two folds: the folds overlap")
             records[rec["id"]] = rec
-    cfg = OmegaConf.create(runs[0][1]["config"])
     return cfg, records, {"runs": os.path.abspath(folder), "folds": k}
+
+
+def token_refusal(task, folder: str) -> None:
+    """A token task's folds must have written per-unit probabilities (``task.unit_probabilities``)."""
+    if getattr(task, "head", None) != "token":
+        return
+    if getattr(task, "crf", False):
+        raise ConfigError(f"label_issues.runs={folder}: the folds ran with task.crf=true (Viterbi paths, no per-unit "
+                          "probabilities): rerun the k-fold multirun with task.crf=false task.unit_probabilities=true")
+    if not getattr(task, "unit_probabilities", False):
+        raise ConfigError(f"label_issues.runs={folder}: the folds' predictions have no per-unit tag probabilities: "
+                          "rerun the k-fold multirun with task.unit_probabilities=true")
 
 
 def settings(config: dict) -> dict[str, Any]:
@@ -162,9 +178,10 @@ def read_records(path: str) -> dict[str, dict]:
                 raise DataError(path, n, "not a JSON line") from None
             if not isinstance(rec, dict) or "id" not in rec:
                 raise DataError(path, n, "a record without an 'id'")
-            if not isinstance(rec.get("probabilities"), dict):
-                raise DataError(path, n, "no per-class 'probabilities' ({label: probability}): label_issues reads "
-                                         "classification and multi-label predictions (token tasks write none)")
+            if not isinstance(rec.get("probabilities"), dict) and not isinstance(rec.get("unit_probabilities"), dict):
+                raise DataError(path, n, "no per-class 'probabilities' ({label: probability}) or 'unit_probabilities': "
+                                         "label_issues reads classification and multi-label predictions, and token "
+                                         "tasks' run with task.unit_probabilities=true")
             rec["id"] = str(rec["id"])
             out[rec["id"]] = rec
     if not out:
@@ -188,24 +205,24 @@ def training_rows(task, cfg: DictConfig) -> tuple[list[dict], dict]:
 
 
 # ---- writing ---------------------------------------------------------------------------------
-def write_outputs(run_dir: str, rows: list[dict]) -> dict[str, str]:
+def write_outputs(run_dir: str, rows: list[dict], fields=FIELDS) -> dict[str, str]:
     """label_issues.jsonl, label_issues.csv (lists joined with |) and label_issues.ids (one id a
     line: data.exclude_ids reads it), each written atomically."""
     out = {k: os.path.abspath(os.path.join(run_dir, f"label_issues.{k}")) for k in ("csv", "jsonl", "ids")}
     write_jsonl_atomic(out["jsonl"], rows)
-    _write_text_atomic(out["csv"], _csv_text(rows))
+    _write_text_atomic(out["csv"], _csv_text(rows, fields))
     _write_text_atomic(out["ids"], "".join(f"{r['id']}\n" for r in rows))
     return out
 
 
-def _csv_text(rows: list[dict]) -> str:
+def _csv_text(rows: list[dict], fields=FIELDS) -> str:
     import io
 
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=list(fields), lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: "|".join(v) if isinstance(v, list) else ("" if v is None else v) for k, v in row.items()})
+        writer.writerow({k: "|".join(map(str, v)) if isinstance(v, list) else ("" if v is None else v) for k, v in row.items()})
     return buf.getvalue()
 
 
