@@ -31,7 +31,8 @@ HELPERS = {"__init__.py", "common.py", "hate_speech.py", "jobs.py", "pretraining
 # ../shared (skipped without it).
 SCRIPTS = {
     "auprc_absent_class": [],
-    "calibration": ["--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
+    "calibration": ["--model", "mini", "--model-dir", "{model}", "--shared", "{shared}", "--out", "{out}",
+                    "--cache-dir", "{cache}"],
     "class_weights": ["--model-dir", "{model}", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
     "dp_options": [],
     "frozen_cache": [],
@@ -53,7 +54,7 @@ SCRIPTS = {
 }
 NO_SHARED = {"auprc_absent_class", "label_issues", "sweep_pruning"}
 # built first: pretrain_gain's --smoke recipe and cache are the encoder's, so its pretraining is reused
-NEEDS_ENCODER = {"class_weights", "modes", "multi_label", "ner_crf", "pretrain_gain"}
+NEEDS_ENCODER = {"calibration", "class_weights", "modes", "multi_label", "ner_crf", "pretrain_gain"}
 TIMEOUT_S = 600
 
 
