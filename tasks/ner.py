@@ -35,32 +35,15 @@ from tasks.base import IGNORE, EncodeSettings, Task, TaskOption
 from kotune.core.errors import ConfigError, DataError
 from tasks import metric_sets
 from kotune.core.log import log
+from tasks.ner_decode import decode_tags
 from tasks.ner_read import file_scheme, read_conll, read_klue_hub, read_klue_tsv, read_sentences
 from tasks.tagging import (BIO, DECODES, LABEL_SUBWORDS, LAYOUTS, SCHEME_ALIASES, SCHEMES, align, char_label, char_slots,
-                           continuation, detect_layout, fill_uncovered, from_iob2,
+                           continuation, detect_layout, from_iob2,
                            inexpressible_entities, is_label_slot, Layout, layout, location, orphan_and_space_checks,
-                           predicted_entities, read_lines, to_iob2, unit_tags, units_of, Warnings)
+                           predicted_entities, read_lines, to_iob2, units_of, Warnings)
 from tasks.transitions import bio_constraints, repair_bio
 
 
-PROBABILITY_DIGITS = 4  # as classification's probabilities in predictions.jsonl
-
-
-class UnitTags(list):
-    """A sentence's decoded tags (one per unit) that also carry each unit's tag probabilities
-    (``task.unit_probabilities``): a plain list for scoring, the probabilities for predictions.jsonl."""
-
-    def __init__(self, tags: list[str], probabilities: list[list[float] | None]):
-        super().__init__(tags)
-        self.probabilities = probabilities
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    out = np.exp(logits - logits.max(-1, keepdims=True))
-    return out / out.sum(-1, keepdims=True)
-
-
-# ---- the tasks -------------------------------------------------------------------------------
 @register_task("token_cls")
 class TokenTask(Task):
     """Generic token classification (``token_cls``): CoNLL-style files, tag per word or character."""
@@ -318,56 +301,10 @@ class TokenTask(Task):
 
     # ---- decoding ------------------------------------------------------------------------
     def decode(self, predictions, features, examples: list[dict]) -> list[list[str]]:
-        """Per example, one tag per unit (characters for KLUE NER)."""
-        logits = predictions[0] if isinstance(predictions, tuple) else predictions
-        ids = np.asarray(logits).argmax(-1)  # rows are padded with -100 by Trainer: read only valid slots
-        probs = softmax(np.asarray(logits, dtype=np.float64)) if self.unit_probabilities else None
-        into = self._continuation_index() if probs is not None else None
-        n_cut = 0
-        outputs = []
-        columns = ("char_index",) if self.decode_mode == "char" else ("token_start", "token_end")
-        meta = features.select_columns([*columns, "char_limit"]).to_dict()
-        for i, ex in enumerate(examples):
-            lay = layout(ex["units"], self.join)
-            char_tags: list[str | None] = [None] * len(lay.text)
-            char_probs: list[Any] = [None] * len(lay.text)  # with unit_probabilities: per character
-            row = ids[i]
-            if self.decode_mode == "char":
-                for j, c in enumerate(meta["char_index"][i]):
-                    char_tags[c] = self.labels[row[j]]
-                    if probs is not None:
-                        char_probs[c] = probs[i, j]
-            else:
-                for t, (s, e) in enumerate(zip(meta["token_start"][i], meta["token_end"][i])):
-                    if s < 0:
-                        continue
-                    tag = self.labels[row[t]]
-                    char_tags[s] = tag
-                    inner = None
-                    if probs is not None:
-                        char_probs[s] = probs[i, t]
-                        inner = np.bincount(into, weights=probs[i, t], minlength=len(self.labels))
-                    for c in range(s + 1, e):
-                        if not lay.text[c].isspace():
-                            char_tags[c] = continuation(tag)
-                            char_probs[c] = inner
-            limit = meta["char_limit"][i]
-            n_cut += sum(1 for ch in lay.text[limit:] if not ch.isspace())
-            tags = unit_tags(fill_uncovered(char_tags, lay.text, limit), lay)
-            if probs is not None:
-                tags = UnitTags(tags, [None if c >= limit or char_probs[c] is None else
-                                       [round(float(p), PROBABILITY_DIGITS) for p in char_probs[c]]
-                                       for c in lay.unit_first])
-            outputs.append(tags)
-        if n_cut:
-            log(f"decode: {n_cut} characters past max_length predicted O")
-        return outputs
-
-    def _continuation_index(self) -> np.ndarray:
-        """Per label, the label a character inside its token carries (B-X → I-X where the model
-        has I-X), so a token's probabilities sum onto its inner characters' tags."""
-        index = {t: k for k, t in enumerate(self.labels)}
-        return np.array([index.get(continuation(t), k) for k, t in enumerate(self.labels)])
+        """Per example, one tag per unit (characters for KLUE NER); each unit's tag probabilities too
+        with ``task.unit_probabilities`` (tasks/ner_decode.py)."""
+        return decode_tags(predictions, features, examples, self.labels, self.join, self.decode_mode,
+                           self.unit_probabilities)
 
     # ---- scoring -------------------------------------------------------------------------
     @staticmethod
