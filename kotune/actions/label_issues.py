@@ -29,7 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from kotune.core.errors import ConfigError, DataError
-from kotune.core.files import write_jsonl_atomic
+from kotune.core.files import write_jsonl_atomic, write_text_atomic
 from kotune.core.log import log
 from kotune.reporting.label_issues import FIELDS, find_issues
 from tasks import build_task
@@ -210,8 +210,8 @@ def write_outputs(run_dir: str, rows: list[dict], fields=FIELDS) -> dict[str, st
     line: data.exclude_ids reads it), each written atomically."""
     out = {k: os.path.abspath(os.path.join(run_dir, f"label_issues.{k}")) for k in ("csv", "jsonl", "ids")}
     write_jsonl_atomic(out["jsonl"], rows)
-    _write_text_atomic(out["csv"], _csv_text(rows, fields))
-    _write_text_atomic(out["ids"], "".join(f"{r['id']}\n" for r in rows))
+    write_text_atomic(out["csv"], _csv_text(rows, fields))
+    write_text_atomic(out["ids"], "".join(f"{r['id']}\n" for r in rows))
     return out
 
 
@@ -225,12 +225,4 @@ def _csv_text(rows: list[dict], fields=FIELDS) -> str:
         writer.writerow({k: "|".join(map(str, v)) if isinstance(v, list) else ("" if v is None else v) for k, v in row.items()})
     return buf.getvalue()
 
-
-def _write_text_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 

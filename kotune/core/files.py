@@ -41,12 +41,17 @@ def mask_credentials_in_file(path: str) -> None:
         return
     masked = mask_credentials(text)
     if masked != text:
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(masked)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(path, masked)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """A text file written through a ``.tmp<pid>`` file, fsynced, then renamed: the old file or the new."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def write_jsonl_atomic(path: str, rows: list[dict]) -> None:

@@ -62,11 +62,7 @@ def _single_label(examples, records, labels, index, probs, given) -> dict:
     flagged = find_label_issues(y, probs, n_jobs=1)
     quality = get_label_quality_scores(y, probs)
     per = rank_classes_by_label_quality(labels=y, pred_probs=probs)
-    per_class = {labels[int(r["Class Index"])]: {"n": int((y == r["Class Index"]).sum()),
-                                                   "issues": int(r["Label Issues"]),
-                                                   "noise": round(float(r["Label Noise"]), 4),
-                                                   "quality": round(float(r["Label Quality Score"]), 4)}
-                 for _, r in per.iterrows()}
+    per_class = class_summary(per, labels, lambda j: int((y == j).sum()))
     rows = []
     for i in np.flatnonzero(flagged):
         ex, j = examples[i], int(probs[i].argmax())
@@ -77,6 +73,15 @@ def _single_label(examples, records, labels, index, probs, given) -> dict:
                      "suggested_probability": round(float(probs[i, j]), 6),
                      "fold": records[str(ex["id"])].get("fold")})
     return _ranked(rows, len(examples), per_class, "single-label")
+
+
+def class_summary(per, labels: list[str], rows_of) -> dict:
+    """cleanlab's per-class table (rank_classes_by_*quality) as {label: n, issues, noise, quality};
+    ``rows_of(j)``: the rows labelled with class j."""
+    return {labels[int(r["Class Index"])]: {"n": rows_of(int(r["Class Index"])), "issues": int(r["Label Issues"]),
+                                            "noise": round(float(r["Label Noise"]), 4),
+                                            "quality": round(float(r["Label Quality Score"]), 4)}
+            for _, r in per.iterrows()}
 
 
 def _multi_label(examples, records, labels, index, probs, given) -> dict:
@@ -93,11 +98,7 @@ def _multi_label(examples, records, labels, index, probs, given) -> dict:
     flagged = find_label_issues(y, probs, n_jobs=1)
     quality = get_label_quality_scores(y, probs)
     per = rank_classes_by_multilabel_quality(labels=y, pred_probs=probs)
-    per_class = {labels[int(r["Class Index"])]: {"n": int(onehot[:, int(r["Class Index"])].sum()),
-                                                   "issues": int(r["Label Issues"]),
-                                                   "noise": round(float(r["Label Noise"]), 4),
-                                                   "quality": round(float(r["Label Quality Score"]), 4)}
-                 for _, r in per.iterrows()}
+    per_class = class_summary(per, labels, lambda j: int(onehot[:, j].sum()))
     rows = []
     for i in np.flatnonzero(flagged):
         ex = examples[i]
