@@ -23,6 +23,17 @@ from tasks.base import IGNORE
 METHODS = ("temperature",)
 SPLIT = "calibrate"  # the held-out slice's name among the splits (tasks/splits.py)
 DIAGRAM = "reliability.png"
+MIN_HELD_OUT = 30  # items to fit on (rows; a tagging task's tagged units): two per bin of the 15-bin ECE
+
+
+def check_held_out(cfg: DictConfig, splits: dict) -> None:
+    """A held-out slice too small to fit a calibration on is refused in one line, before training."""
+    held = splits.get(SPLIT)
+    items = sum(len(ex["tags"]) if isinstance(ex.get("tags"), list) else 1 for ex in held.examples) if held else 0
+    if method(cfg) and held is not None and items < MIN_HELD_OUT:
+        raise ConfigError(f"train.calibrate: the held-out slice has {items} items to fit on "
+                          f"(train.calibrate_fraction={fraction(cfg)} of the training split); at least {MIN_HELD_OUT} "
+                          "are needed (two per bin of the 15-bin ECE): raise train.calibrate_fraction or add data")
 
 
 def method(cfg: DictConfig) -> str | None:
@@ -40,8 +51,9 @@ def fraction(cfg: DictConfig) -> float:
     return float(cfg.train.get("calibrate_fraction") or 0.1) if method(cfg) else 0.0
 
 
-def check(cfg: DictConfig, model) -> None:
-    """Refuse, in one line and before training, a head whose outputs are not class probabilities."""
+def check(cfg: DictConfig, model, splits: dict | None = None) -> None:
+    """Refuse, in one line and before training, a head whose outputs are not class probabilities, and
+    a held-out slice too small to fit on (:func:`check_held_out`)."""
     from heads.calibration import why_not_calibrated
 
     if not method(cfg):
@@ -51,6 +63,7 @@ def check(cfg: DictConfig, model) -> None:
     why = why_not_calibrated(model.head)
     if why:
         raise ConfigError(f"train.calibrate={method(cfg)} does not apply to the {model.head_description()} head: {why}")
+    check_held_out(cfg, splits or {})
 
 
 def _logits_and_labels(trainer, b, split: str) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,8 @@ import torch
 from heads.calibration import fit_platt, fit_temperature, fold_platt, fold_temperature
 from tasks.calibration_metrics import brier, calibration_scores, ece, mce, nll, reliability_bins, softmax
 
-TINY = ["model=tiny", "data=sample", "train.max_steps=20", "train.learning_rate=3e-3"]
+# the sample files are small: half of each training file is held out, so that the slice reaches MIN_HELD_OUT
+TINY = ["model=tiny", "data=sample", "train.max_steps=20", "train.learning_rate=3e-3", "train.calibrate_fraction=0.5"]
 
 
 # ---- the metrics, by hand ---------------------------------------------------------------
@@ -98,7 +99,7 @@ def _training_rows_without_the_slice(tmp_path) -> str:
 
     cfg = compose(["task=text_cls", *TINY])
     task = build_task(cfg.task)
-    splits = load_splits(task, cfg.data, ("train", "validation"), int(cfg.train.seed), 0.1)
+    splits = load_splits(task, cfg.data, ("train", "validation"), int(cfg.train.seed), float(cfg.train.calibrate_fraction))
     kept = {ex["text"] for ex in splits["train"].examples}
     with open(sample_file(cfg.task, "train"), encoding="utf-8") as f:
         rows = [r for r in csv.DictReader(f, delimiter="\t") if r["text"] in kept]
@@ -128,7 +129,7 @@ def test_a_calibrated_run_predicts_as_before_with_calibrated_probabilities(run_j
     assert plain["status"] == "ok", plain.get("error")
     entry = cal["calibration"]
     assert entry["method"] == "temperature" and entry["measured_on"] == "validation"
-    assert entry["held_out"] == cal["n_calibrate"] == 8 and cal["n_train"] == plain["n_train"] == 72
+    assert entry["held_out"] == cal["n_calibrate"] == 40 and cal["n_train"] == plain["n_train"] == 40
     assert plain["calibration"] is None and plain["n_calibrate"] is None
     assert entry["before"]["accuracy"] == entry["after"]["accuracy"]
     assert set(entry["before"]) == {"ece", "mce", "brier", "nll", "accuracy"}
@@ -154,7 +155,7 @@ def test_a_calibrated_run_predicts_as_before_with_calibrated_probabilities(run_j
 
 @pytest.mark.slow
 def test_multi_label_platt_keeps_the_decisions(run_job, tmp_path):
-    res = run_job(["task=multi_label", *TINY, "train.calibrate=temperature"], "ml")
+    res = run_job(["task=multi_label", *TINY, "train.calibrate=temperature", "train.calibrate_fraction=0.6"], "ml")
     assert res["status"] == "ok", res.get("error")
     entry = res["calibration"]
     assert entry["method"] == "platt" and entry["temperature"] is None and set(entry["platt"]) == set(res["decision"]["thresholds"])
@@ -168,8 +169,9 @@ def test_multi_label_platt_keeps_the_decisions(run_job, tmp_path):
 @pytest.mark.parametrize("task", ["ner", "re"])
 def test_token_and_relation_heads_calibrate_their_items(run_job, task):
     """NER: the labelled tokens are the items; RE: the relation head is a softmax classifier too."""
+    fraction = 0.2 if task == "ner" else 0.8  # RE's sample has 40 rows; NER's slice counts its tagged characters
     res = run_job([f"task={task}", "model=tiny", "data=sample", "train.max_steps=4", "train.calibrate=temperature",
-                   "train.calibrate_fraction=0.2"])
+                   f"train.calibrate_fraction={fraction}"])
     assert res["status"] == "ok", res.get("error")
     entry = res["calibration"]
     assert entry["method"] == "temperature" and entry["before"]["accuracy"] == entry["after"]["accuracy"]
@@ -193,3 +195,11 @@ def test_heads_without_class_probabilities_refuse_in_one_line(run_job, task, ext
 def test_an_unknown_method_is_refused(run_job):
     res = run_job(["task=text_cls", "model=tiny", "data=sample", "train.max_steps=1", "train.calibrate=isotonic"])
     assert res["status"] == "failed" and "train.calibrate=isotonic" in res["error"]
+
+
+def test_a_held_out_slice_too_small_to_fit_on_is_refused_in_one_line_before_training(run_job):
+    from kotune.calibration import MIN_HELD_OUT
+
+    res = run_job(["task=text_cls", *TINY, "train.calibrate=temperature", "train.calibrate_fraction=0.1"], "small")
+    assert res["status"] == "failed" and "\n" not in res["error"] and res.get("train_loss") is None
+    assert res["error"].startswith("train.calibrate: the held-out slice has 8 items") and f"at least {MIN_HELD_OUT}" in res["error"]

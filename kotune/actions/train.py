@@ -35,7 +35,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     need = ("train", "validation", "select") if selection == SELECTIONS["inner"] else ("train", "validation")
     with local_rank_zero_first():
         b = build(cfg, need + (("calibrate",) if calibration.method(cfg) else ()))
-    calibration.check(cfg, b.model)  # a head without class probabilities: refused before training
+    calibration.check(cfg, b.model, b.splits)  # a head without class probabilities, a slice too small: before training
     # after build: a data or config mistake is answered before transformers' Trainer (and peft,
     # accelerate) load, seconds of every failing command
     from kotune.sweeps import pruning
