@@ -93,8 +93,9 @@ def load(url: str, name: str = "nli-tiny-finetune"):
     return optuna.load_study(study_name=name, storage=url)
 
 
-def wait_for_running(url: str, timeout: float = 120, n: int = 1) -> None:
-    """Until ``n`` trials run at once (each worker has one)."""
+def wait_for_running(url: str, procs: list[subprocess.Popen], timeout: float = 300, n: int = 1) -> None:
+    """Until ``n`` trials run at once (each worker has one); a worker that ended before is reported
+    with its output (a slow, loaded machine gets minutes: the workers start Python, torch and Hydra)."""
     from optuna.trial import TrialState
 
     deadline = time.time() + timeout
@@ -104,8 +105,12 @@ def wait_for_running(url: str, timeout: float = 120, n: int = 1) -> None:
                 return
         except Exception:  # noqa: BLE001 - no database or no study yet
             pass
+        for proc in procs:
+            if proc.poll() is not None:
+                raise AssertionError(f"a worker ended (exit {proc.returncode}) before {n} trial(s) ran at once: "
+                                     f"{proc.stdout.read()[-3000:]}")
         time.sleep(0.3)
-    raise AssertionError("no trial started")
+    raise AssertionError(f"no {n} trial(s) running after {timeout:.0f} s")
 
 
 def check_completed_study(url: str) -> None:
@@ -126,7 +131,7 @@ def test_sqlite_one_worker_killed_mid_trial_is_replaced_on_the_next_run(tmp_path
     url = f"sqlite:///{sweep}/optuna.db"
     args = [*WORKER_ARGS, f"hydra.sweep.dir={sweep}"]
     first = worker(args)
-    wait_for_running(url)
+    wait_for_running(url, [first])
     time.sleep(1)  # into the trial's job
     first.send_signal(signal.SIGKILL)
     first.wait()
@@ -143,7 +148,7 @@ def test_postgres_two_workers_one_killed_the_study_still_completes(tmp_path, pos
     sweep = tmp_path / "sweep"
     args = [*WORKER_ARGS, f"hydra.sweep.dir={sweep}", f"hparams_search.storage='{postgres_url}'"]  # quoted: '?', '=' and '&' in a URL
     a, b = worker(args), worker(args)
-    wait_for_running(postgres_url, n=2)  # a killed before its first trial would leave no trial to replace
+    wait_for_running(postgres_url, [a, b], n=2)  # a killed before its first trial would leave no trial to replace
     time.sleep(1)
     a.send_signal(signal.SIGKILL)
     a.wait()

@@ -143,6 +143,7 @@ def native_predictor(path: str, overrides: list[str]):
     predictor = Predictor.__new__(Predictor)  # serving's predictor, over a model it did not build
     predictor.b = Built(task, {}, tokenizer, model, {}, max_length)
     predictor.b.settings = EncodeSettings(max_length=max_length, token_type_ids=meta["token_type_ids"])
+    predictor.cfg = cfg  # predict.min_confidence (kotune/abstention.py), as Predictor.__init__ keeps it
     predictor.runtime = model.runtime
     predictor.batches = BatchPredictor(model, int(cfg.train.eval_batch_size), make_collator(tokenizer, cfg))
     return predictor
