@@ -142,10 +142,17 @@ def calibrate(cfg: DictConfig, trainer, b, run_dir: str) -> dict | None:
         f"NLL {entry['before']['nll']:.4f} → {entry['after']['nll']:.4f}")
     from kotune.runtime import is_rank_zero
 
+    # the bins stay in results.json: report.py pools them over a row's seeds into its own diagram
+    entry["reliability"] = {"before": reliability_bins(rows_before, gold), "after": reliability_bins(rows_after, gold)}
     if is_rank_zero():
-        entry["diagram"] = write_diagram(os.path.join(run_dir, DIAGRAM), reliability_bins(rows_before, gold),
-                                         reliability_bins(rows_after, gold), entry)
+        entry["diagram"] = write_diagram(os.path.join(run_dir, DIAGRAM), entry["reliability"]["before"],
+                                         entry["reliability"]["after"], diagram_title(entry))
     return entry
+
+
+def diagram_title(entry: dict) -> str:
+    what = f"T = {entry['temperature']:.3f}" if entry["method"] == "temperature" else "Platt per label"
+    return f"{what}, fitted on {entry['held_out']} held-out training examples; {entry['measured_on']} split"
 
 
 def _move_thresholds(task, a: np.ndarray, c: np.ndarray) -> None:
@@ -161,9 +168,12 @@ def _move_thresholds(task, a: np.ndarray, c: np.ndarray) -> None:
         task.threshold = moved
 
 
-def write_diagram(path: str, before: list[dict], after: list[dict], entry: dict) -> str | None:
-    """The reliability diagram (accuracy against confidence per bin, before and after), written
-    atomically; None (and a log line) where matplotlib is not installed."""
+def write_diagram(path: str, before: list[dict], after: list[dict], title: str) -> str | None:
+    """The reliability diagram (accuracy against confidence per bin, before and after, each titled
+    with its ECE), written atomically; None (and a log line) where matplotlib is not installed.
+    Drawn for a run (here) and for a leaderboard row's pooled seeds (kotune/reporting/plots.py)."""
+    from tasks.calibration_metrics import ece_of_bins
+
     try:
         import matplotlib
 
@@ -173,7 +183,7 @@ def write_diagram(path: str, before: list[dict], after: list[dict], entry: dict)
         log("matplotlib is not installed: no reliability diagram (pip install matplotlib)")
         return None
     fig, axes = plt.subplots(1, 2, figsize=(9, 4.2), sharey=True)
-    for ax, bins, name, key in ((axes[0], before, "before", "before"), (axes[1], after, "after", "after")):
+    for ax, bins, name in ((axes[0], before, "before"), (axes[1], after, "after")):
         centres = [(r["lo"] + r["hi"]) / 2 for r in bins]
         acc = [r["accuracy"] or 0.0 for r in bins]
         ax.bar(centres, acc, width=1 / len(bins), edgecolor="black", color="#4c72b0", label="accuracy")
@@ -183,11 +193,10 @@ def write_diagram(path: str, before: list[dict], after: list[dict], entry: dict)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xlabel("confidence")
-        ax.set_title(f"{name}: ECE {entry[key]['ece']:.3f}")
+        ax.set_title(f"{name}: ECE {ece_of_bins(bins):.3f}")
     axes[0].set_ylabel("accuracy")
     axes[0].legend(loc="upper left")
-    what = (f"T = {entry['temperature']:.3f}" if entry["method"] == "temperature" else "Platt per label")
-    fig.suptitle(f"{what}, fitted on {entry['held_out']} held-out training examples; {entry['measured_on']} split")
+    fig.suptitle(title)
     fig.tight_layout()
     tmp = f"{path}.tmp{os.getpid()}.png"
     fig.savefig(tmp, dpi=110)

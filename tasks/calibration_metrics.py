@@ -43,11 +43,27 @@ def reliability_bins(probs: list[list[float]], labels: list[int], bins: int = BI
     return out
 
 
-def ece(probs: list[list[float]], labels: list[int], bins: int = BINS) -> float:
-    """Expected calibration error: the count-weighted mean of |accuracy − confidence| over the bins."""
-    rows = reliability_bins(probs, labels, bins)
+def pooled_bins(runs: list[list[dict]]) -> list[dict]:
+    """Several runs' reliability bins (the same edges) as one set: per bin the summed count and
+    the count-weighted mean confidence and accuracy, as if the runs' items had been binned together."""
+    out = []
+    for same_bin in zip(*runs):
+        n = sum(r["count"] for r in same_bin)
+        mean = (lambda key: sum(r["count"] * r[key] for r in same_bin if r["count"]) / n) if n else (lambda key: None)
+        out.append({"lo": same_bin[0]["lo"], "hi": same_bin[0]["hi"], "count": n,
+                    "confidence": mean("confidence"), "accuracy": mean("accuracy")})
+    return out
+
+
+def ece_of_bins(rows: list[dict]) -> float:
+    """Expected calibration error of reliability bins: the count-weighted mean of |accuracy − confidence|."""
     total = sum(r["count"] for r in rows)
     return sum(r["count"] / total * abs(r["accuracy"] - r["confidence"]) for r in rows if r["count"])
+
+
+def ece(probs: list[list[float]], labels: list[int], bins: int = BINS) -> float:
+    """Expected calibration error: the count-weighted mean of |accuracy − confidence| over the bins."""
+    return ece_of_bins(reliability_bins(probs, labels, bins))
 
 
 def mce(probs: list[list[float]], labels: list[int], bins: int = BINS) -> float:

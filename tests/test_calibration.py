@@ -134,6 +134,8 @@ def test_a_calibrated_run_predicts_as_before_with_calibrated_probabilities(run_j
     assert entry["before"]["accuracy"] == entry["after"]["accuracy"]
     assert set(entry["before"]) == {"ece", "mce", "brier", "nll", "accuracy"}
     assert (tmp_path / "cal" / "reliability.png").stat().st_size > 1000
+    assert [len(entry["reliability"][k]) for k in ("before", "after")] == [15, 15]  # for report.py's pooled diagram
+    assert sum(b["count"] for b in entry["reliability"]["after"]) == entry["n_items"]
     ours, theirs = _records(tmp_path / "cal" / "predictions.jsonl"), _records(tmp_path / "plain" / "predictions.jsonl")
     assert [r["prediction"] for r in ours] == [r["prediction"] for r in theirs]
     assert cal["metrics"] == plain["metrics"]

@@ -281,3 +281,39 @@ def test_python_report_py_is_the_same_command(matrix, tmp_path):
     missing = subprocess.run([sys.executable, str(ROOT / "report.py"), str(tmp_path / "missing")], cwd=tmp_path,
                              capture_output=True, text=True, timeout=300)
     assert missing.returncode == 1 and "is not a directory" in missing.stderr
+
+
+def test_calibrated_runs_get_one_reliability_diagram_per_row_from_their_pooled_bins(tmp_path, capsys, monkeypatch):
+    from kotune import calibration
+    from tasks.calibration_metrics import ece, reliability_bins, softmax
+
+    d = tmp_path / "cal"
+    items = {1: ([[2.0, 0.1], [0.3, 1.5], [1.0, 0.9]], [0, 1, 1]), 2: ([[3.0, -1.0], [0.2, 0.1]], [1, 0])}
+    for seed, (logits, gold) in items.items():
+        bins = {"before": reliability_bins(softmax(logits), gold), "after": reliability_bins(softmax(logits, 2.0), gold)}
+        write_run(d, "nli", "klue", "finetune", seed, {"accuracy": 50.0}, calibration={"reliability": bins})
+    write_run(d, "nli", "klue", "frozen", 1, {"accuracy": 40.0},
+              calibration={"reliability": {"before": [{"lo": 0, "hi": 1, "count": -3}], "after": []}})
+    write_run(d, "sts", "klue", "finetune", 1, {"pearson": 80.0})  # not calibrated: no diagram
+    drawn = []
+    real = calibration.write_diagram
+    monkeypatch.setattr(calibration, "write_diagram", lambda path, before, after, title:
+                        drawn.append((path, before, after, title)) or real(path, before, after, title))
+    assert report.main([str(d)]) == 0
+    assert [Path(p).name for p, *_ in drawn] == ["reliability_nli_klue_finetune.png"]
+    assert (d / "reliability_nli_klue_finetune.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the two seeds' bins pooled are the bins of their items together
+    all_logits = items[1][0] + items[2][0]
+    all_gold = items[1][1] + items[2][1]
+    _, before, after, title = drawn[0]
+    for pooled, temperature in ((before, 1.0), (after, 2.0)):
+        together = reliability_bins(softmax(all_logits, temperature), all_gold)
+        assert [b["count"] for b in pooled] == [b["count"] for b in together]
+        for key in ("confidence", "accuracy"):
+            assert [b[key] for b in pooled] == pytest.approx([b[key] for b in together])
+    assert "2 run(s) pooled" in title
+    from tasks.calibration_metrics import ece_of_bins
+
+    assert ece_of_bins(before) == pytest.approx(ece(softmax(all_logits), all_gold))
+    err = capsys.readouterr().err
+    assert "calibration.reliability is not a list of bins before and after" in err

@@ -10,7 +10,8 @@ Collects every results.json under the directories (matrices, sweeps, single runs
   fold says so;
 - ``plot_<task>.png``: the task's main metric per row, bars with ±std error bars and the seeds
   as dots; ``sweep_<task>_<model>_<mode>.png``: the main metric against each hyperparameter that
-  varies across a sweep's runs;
+  varies across a sweep's runs; ``reliability_<task>_<model>_<mode>.png``: a row of calibrated
+  runs' (train.calibrate) reliability bins before and after, pooled over its seeds;
 - ``--paper``: the published KLUE baseline scores (kotune_data/klue_paper.csv) and the delta to each,
   and per row and task whether the runs match the published setup ("like for like") or which
   settings differ: the task's ``reference:`` block as the run stored it in its config

@@ -1,9 +1,12 @@
-"""The leaderboard's plots: ``plot_<task>.png`` (a task's main metric per row) and
-``sweep_<task>_<model>_<mode>.png`` (the main metric against each setting a sweep varies)."""
+"""The leaderboard's plots: ``plot_<task>.png`` (a task's main metric per row),
+``sweep_<task>_<model>_<mode>.png`` (the main metric against each setting a sweep varies) and
+``reliability_<task>_<model>_<mode>.png`` (train.calibrate's bins before and after, pooled over a
+row's seeds and folds)."""
 from __future__ import annotations
 
 import json
 import math
+import re
 import textwrap
 from pathlib import Path
 
@@ -137,4 +140,29 @@ def plot_all(out: Path, runs: list[dict], rows: list[tuple], paper: dict | None)
         if keys and any(r["main_score"] is not None for r in members):
             written.append(out / f"sweep_{task}_{model}_{mode}.png")
             plot_sweep(written[-1], members, keys)
+        written += plot_reliability(out, f"{task}_{model}_{mode}", members)
+    return written
+
+
+def plot_reliability(out: Path, name: str, runs: list[dict]) -> list[Path]:
+    """One reliability diagram per row of calibrated runs (``reliability_<name>.png``, with the row's
+    setting appended where a sweep varies one), their bins pooled over seeds; none without calibrated runs."""
+    from kotune.calibration import write_diagram
+    from tasks.calibration_metrics import pooled_bins
+
+    rows: dict[str, list[dict]] = {}
+    for r in runs:
+        if r.get("reliability") and r["status"] == "ok":
+            rows.setdefault(r.get("setting") or "", []).append(r)
+    written = []
+    for setting, members in sorted(rows.items()):
+        if len({len(r["reliability"]["before"]) for r in members}) > 1:
+            continue  # bins of different counts do not pool
+        suffix = ("_" + re.sub(r"[^A-Za-z0-9.=-]+", "_", setting).replace("=", "-"))[:80] if setting else ""
+        path = out / f"reliability_{name}{suffix}.png"
+        before = pooled_bins([r["reliability"]["before"] for r in members])
+        after = pooled_bins([r["reliability"]["after"] for r in members])
+        title = f"{name.replace('_', ' / ')}{' ' + setting if setting else ''}: {len(members)} run(s) pooled, validation split"
+        if write_diagram(str(path), before, after, title):
+            written.append(path)
     return written

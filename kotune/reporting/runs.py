@@ -79,8 +79,30 @@ def read_run(path: Path) -> dict | None:
         "main_score": metrics.get(main_metric) if status == "ok" else None,
         "error": data.get("error"), "config_hash": data.get("config_hash"), "config": config,
         "flat_config": flatten(config), "path": str(path), "run_dir": str(path.parent),
-        "mtime": path.stat().st_mtime,
+        "mtime": path.stat().st_mtime, "reliability": reliability_of(data, path),
     }
+
+
+def reliability_of(data: dict, path: Path) -> dict | None:
+    """A calibrated run's reliability bins (results.json ``calibration.reliability``: before and
+    after, each a list of equal-width bins), or None; bins of another shape are skipped with a warning."""
+    entry = (data.get("calibration") or {}).get("reliability") if isinstance(data.get("calibration"), dict) else None
+    if entry is None:
+        return None
+
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    def good_bin(b) -> bool:
+        return (isinstance(b, dict) and all(number(b.get(k)) for k in ("lo", "hi", "count")) and b["count"] >= 0
+                and all(number(b.get(k)) and 0 <= b[k] <= 1 if b["count"] else b.get(k) is None
+                        for k in ("confidence", "accuracy")))
+
+    sides = [entry.get(k) if isinstance(entry, dict) else None for k in ("before", "after")]
+    if not all(isinstance(s, list) and s and all(good_bin(b) for b in s) for s in sides) or len(sides[0]) != len(sides[1]):
+        warn(f"{path}: calibration.reliability is not a list of bins before and after: no reliability diagram from it")
+        return None
+    return {"before": sides[0], "after": sides[1]}
 
 
 def collect_runs(dirs: Iterable[str], quiet: bool = False) -> list[dict]:
