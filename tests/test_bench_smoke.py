@@ -52,6 +52,10 @@ SCRIPTS = {
     "sweep_pruning": ["--out", "{out}"],
     "throughput": ["--out", "{out}"],
 }
+# a script's other paths, each a smoke run of its own: "script:variant" → the script's arguments
+VARIANTS = {
+    "label_issues:ner": ["--task", "ner", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
+}
 NO_SHARED = {"auprc_absent_class", "label_issues", "sweep_pruning"}
 # built first: pretrain_gain's --smoke recipe and cache are the encoder's, so its pretraining is reused
 NEEDS_ENCODER = {"calibration", "class_weights", "modes", "multi_label", "ner_crf", "pretrain_gain"}
@@ -105,6 +109,7 @@ def test_every_bench_script_has_a_smoke_test():
     scripts = {p.stem for p in BENCH.glob("*.py") if p.name not in HELPERS}
     assert scripts - set(SCRIPTS) == set(), "bench scripts without a --smoke test: add them to SCRIPTS"
     assert set(SCRIPTS) - scripts == set(), "SCRIPTS names scripts bench/ no longer has"
+    assert {v.partition(":")[0] for v in VARIANTS} <= scripts, "VARIANTS names scripts bench/ no longer has"
 
 
 def bench_imports(path: Path) -> set[str]:
@@ -143,15 +148,16 @@ def test_documented_bench_commands_run_the_module():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(SCRIPTS))
-def test_bench_smoke(script, request, smoke_cache, tmp_path):
-    if script not in NO_SHARED:
+@pytest.mark.parametrize("run", sorted(SCRIPTS) + sorted(VARIANTS))
+def test_bench_smoke(run, request, smoke_cache, tmp_path):
+    script = run.partition(":")[0]
+    if run not in NO_SHARED:  # a variant reads ../shared unless listed itself
         shared_path("data")
         shared_path("vocab")
     values = {"out": str(tmp_path / "out"), "cache": str(smoke_cache), "shared": str(SHARED)}
-    if script in NEEDS_ENCODER:
+    if run in NEEDS_ENCODER:
         values["model"] = request.getfixturevalue("tiny_encoder")
-    args = [a.format(**values) for a in SCRIPTS[script]]
+    args = [a.format(**values) for a in {**SCRIPTS, **VARIANTS}[run]]
     started = time.perf_counter()
     proc = run_smoke(script, args, smoke_cache, tmp_path)
     seconds = time.perf_counter() - started
