@@ -85,12 +85,19 @@ def predictor_for(cfg: DictConfig, b: Built, run_dir: str):
 def predict_rows(predictor, task, features, inputs, examples: list[dict]) -> tuple[list, dict]:
     """Predict in batches sorted by length (little padding), then restore the input order:
     decoders read features row by row (QA windows per example), so they see the original order."""
+    predictions, speed = predict_logits(predictor, features, inputs)
+    return task.decode(predictions, features, examples), speed
+
+
+def predict_logits(predictor, features, inputs) -> tuple[Any, dict]:
+    """The model's outputs for ``inputs`` in input order, run in batches sorted by length (little
+    padding), and the speed; :func:`predict_rows` decodes them, action=rerank scores them."""
     from tasks.collate import in_order, length_order, restore_order
 
     order = length_order(features)  # inputs holds the same rows
     out = predictor.predict(in_order(inputs, order))
-    outputs = task.decode(restore_order(out.predictions, order), features, examples)
-    return outputs, {"eval_samples_per_second": out.metrics.get("test_samples_per_second")}
+    return restore_order(out.predictions, order), {"eval_samples_per_second": out.metrics.get("test_samples_per_second")}
+
 
 
 def predict(trainer, b: Built, split: str) -> tuple[list, dict]:

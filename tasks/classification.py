@@ -227,9 +227,12 @@ class ClassificationTask(Task):
 
     @classmethod
     def export_fields(cls, options: dict) -> dict:
-        if options.get("long_text") != "windows":
-            return {}
-        return {"kotune_windows": {"stride": options.get("window_stride"), "pool": options.get("window_pool")}}
+        fields = {}
+        if options.get("regression"):  # sentence-transformers' CrossEncoder: the value itself, not its sigmoid
+            fields["sentence_transformers"] = {"activation_fn": "torch.nn.modules.linear.Identity"}
+        if options.get("long_text") == "windows":
+            fields["kotune_windows"] = {"stride": options.get("window_stride"), "pool": options.get("window_pool")}
+        return fields
 
     # ---- decoding and scoring ------------------------------------------------------------
     def decode(self, predictions, features, examples: list[dict]) -> list[Any]:

@@ -20,6 +20,8 @@ or refuses in one line saying why:
 - ``serve``'s predictor (tests/test_serve.py runs the HTTP server) answers the dev inputs as
   ``predict`` did, or the action refuses in one line;
 - ``embed`` gives a vector of the encoder's width per text;
+- ``rerank`` of a pair task's model scores (query, candidate) pairs as ``predict`` does; the other
+  tasks refuse in one line;
 - ``label_issues`` needs a k-fold multirun's out-of-fold predictions: a plain run or a checkpoint is
   refused in one line (tests/test_label_issues.py runs it on a k-fold run);
 - ``probe`` (frozen heads on two layer choices of one encoding) reads the checkpoint's hidden
@@ -452,6 +454,39 @@ def test_serving_answers_as_predict_or_refuses_in_one_line(trained):
     examples = served.b.task.read_file(str(sample(task, "validation")), labelled=False)
     answers = served(served.examples([request_item(served.b.task, ex) for ex in examples]))
     same_records([{k: v for k, v in a.items() if k != "gold"} for a in answers], predictions(run))
+
+
+def test_rerank_scores_pairs_as_predict_or_refuses_in_one_line(trained):
+    """``rerank`` (tests/test_rerank.py: exports, sentence-transformers' CrossEncoder): a pair task's model
+    scores (the first dev text, each dev second text) as predict does (the regression value, or the
+    positive label's probability); a task that reads no pairs refuses in one line."""
+    from kotune.serving.app import Predictor
+    from tasks import build_task, rerank
+
+    run, root = trained["root"] / "plain", trained["root"]
+    task = build_task(compose(trained["options"]).task)
+    queries, candidates = root / "rerank-queries.txt", root / "rerank-candidates.txt"
+    if rerank.refusal(task):
+        queries.write_text("질문\n", encoding="utf-8")
+        candidates.write_text("하나\n둘\n", encoding="utf-8")
+        res = job([*trained["options"], *TINY, "action=rerank", f"checkpoint={run}", f"rerank.queries={queries}",
+                   f"rerank.candidates={candidates}"], root / "rerank", trained["cache"])
+        assert "action=rerank: task" in refused_in_one_line(res)
+        return
+    served = Predictor(compose([*trained["options"], *TINY, f"checkpoint={run}", f"cache_dir={trained['cache']}"]))
+    examples = served.b.task.read_file(str(sample(trained["task"], "validation")), labelled=False)
+    query, texts = examples[0]["text"], [ex["text_pair"] for ex in examples]
+    queries.write_text(query + "\n", encoding="utf-8")
+    candidates.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    res = ok(job([*trained["options"], *TINY, "action=rerank", f"checkpoint={run}", f"rerank.queries={queries}",
+                  f"rerank.candidates={candidates}"], root / "rerank", trained["cache"]))
+    ranked = json.loads(Path(res["rankings_file"]).read_text(encoding="utf-8").splitlines()[0])["ranked"]
+    records = served(served.examples([{"text": query, "text_pair": t} for t in texts]))
+    expected = [r["prediction"] if res["positive_label"] is None else r["probabilities"][res["positive_label"]]
+                for r in records]
+    assert len(ranked) == len(texts)
+    for c in ranked:
+        assert c["score"] == pytest.approx(expected[int(c["row"]) - 1], abs=1e-4)
 
 
 def reference_qa_ceiling(task, examples: list[dict], tokenizer) -> dict:

@@ -34,4 +34,5 @@ ACTIONS: dict[str, Action] = {
     "probe": _module_action("kotune.actions.probe"),
     "serve": _module_action("kotune.actions.serve"),
     "label_issues": _module_action("kotune.actions.label_issues"),
+    "rerank": _module_action("kotune.actions.rerank"),
 }

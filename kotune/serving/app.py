@@ -74,8 +74,7 @@ class Predictor:
         """The records action=predict writes for ``examples``, without their ids; ``lengths``: with
         how each text's length was handled (:meth:`lengths`), as the server answers."""
         task = self.b.task
-        features = task.encode(examples, self.b.tokenizer, self.b.settings)
-        inputs = features.select_columns(task.model_columns(features))
+        features, inputs = self.encoded(examples)
         outputs, _ = predict_rows(self.batches, task, features, inputs, examples)
         flags = abstention.abstained(self.cfg, task, outputs)  # predict.min_confidence, else None
         records = abstention.mark(task.prediction_records(outputs, examples), flags)
@@ -84,6 +83,11 @@ class Predictor:
             for record, note in zip(records, self.lengths(features, examples)):
                 record.update(note)
         return records
+
+    def encoded(self, examples: list[dict]):
+        """The examples' features (what decoding reads) and the model's inputs among them."""
+        features = self.b.task.encode(examples, self.b.tokenizer, self.b.settings)
+        return features, features.select_columns(self.b.task.model_columns(features))
 
     def answer(self, examples: list[dict]) -> list[dict]:
         """The server's answers: the records with ``truncated`` (or ``windows``)."""
