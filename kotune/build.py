@@ -4,7 +4,7 @@ the encoded features and, in frozen mode, the feature cache."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -160,11 +160,13 @@ class Built:
         self.settings: EncodeSettings | None = None  # set by build(): how new text is encoded (action=serve)
 
 
-def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: bool = False) -> Built:
+def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: bool = False,
+          encoder_side: Callable[[Task, list], Encoder] | None = None) -> Built:
     """Task, splits, encoder side (fresh or ``checkpoint=``), the model and encoded features.
     ``new_head``: a checkpoint gives only its tokenizer and encoder; the head and the labels are
     new, from ``cfg`` and the train split (``action=probe``). ``onnx``: ``checkpoint=`` may be an
-    ONNX export (actions that only predict)."""
+    ONNX export (actions that only predict). ``encoder_side``: (task, training texts) → the
+    tokenizer and a fresh encoder, in place of ``cfg.model``'s (action=distill's student)."""
     task = build_task(cfg.task)
     from kotune.abstention import min_confidence
 
@@ -197,7 +199,8 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
         from heads.model.kotune_model import KotuneModel
 
         first = splits.get("train") or next(iter(splits.values()))
-        loaded = load_encoder_side(cfg, task, task.training_texts(first.examples))
+        texts = task.training_texts(first.examples)
+        loaded = encoder_side(task, texts) if encoder_side is not None else load_encoder_side(cfg, task, texts)
         head_kwargs = dict(task.head_kwargs(), dropout=cfg.train.get("head_dropout"))  # None: the architecture's
         meta = {"task": task.name, "labels": task.labels, "max_length": loaded.max_length,
                 "token_type_ids": loaded.token_type_ids, "model": cfg.model.name,

@@ -162,6 +162,9 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
     action then says what is missing) or for a sweep over checkpoints."""
     given = {override_key(o): o.partition("=")[2] for o in overrides if "=" in o and not o.startswith("-")}
     path = given.get("checkpoint", "")
+    teacher = not path or path == "null"  # action=distill's teacher lends its task the same way, not its mode
+    if teacher:
+        path = given.get("distill.teacher", "")
     if not path or path == "null" or any(c in path for c in ",()"):
         return overrides
     from heads.model.artifact import ArtifactError
@@ -177,7 +180,7 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
     meta = spec["meta"]
     task = meta.get("task")
     mode = spec.get("mode") or ("frozen" if spec.get("frozen") else "finetune")  # older kotune.json: no "mode"
-    saved = {"task": task, "model": meta.get("model"), "mode": mode}
+    saved = {"task": task, "model": meta.get("model"), **({} if teacher else {"mode": mode})}
     added = [f"{group}={name}" for group, name in saved.items() if group not in given and name in presets(group)]
     if given.get("task", task) == task:
         for option, value in (meta.get("task_options") or {}).items():

@@ -31,7 +31,7 @@ REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "n_select", "
                "checkpoint", "onnx_file", "resumed_from", "best_step", "selected_on", "metrics_last", "early_stopping",
                "pruned",
                "class_weights",
-               "calibration",
+               "calibration", "distill",
                "decision", "abstention", "predictions_file", "metrics", "data")
 
 

@@ -156,13 +156,15 @@ class KotuneTrainer(Trainer):
 
 
 def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
-                 fit_decision: Callable[[KotuneTrainer], None] | None = None) -> KotuneTrainer:
+                 fit_decision: Callable[[KotuneTrainer], None] | None = None,
+                 trainer_class: type[KotuneTrainer] | None = None) -> KotuneTrainer:
     """The trainer of a built run: evaluation in length-sorted batches scored in input order, the
     task's main metric for ``train.select_best``. ``fit_decision``: what fits the task's decision
     on the held-out training slice (kotune.predict.fit_decision, given by action=train), run before
     each evaluation during training, so that an evaluation decides as the end of training will
     (multi-label ``task.threshold=tune``) and ``train.select_best`` keeps a checkpoint by the
-    decision it will be saved with (never fitted on the evaluation split)."""
+    decision it will be saved with (never fitted on the evaluation split). ``trainer_class``: a
+    subclass with a loss of its own (action=distill's kotune/distill_trainer.py)."""
     from tasks.collate import in_order, length_order, restore_order
 
     task = b.task
@@ -183,7 +185,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
     if train is not None:
         steps_per_epoch = max(1, math.ceil(len(train) / (int(cfg.train.batch_size) * world_size()))
                               // int(cfg.train.grad_accum))
-    return KotuneTrainer(
+    return (trainer_class or KotuneTrainer)(
         model=b.model,
         args=training_arguments(cfg, run_dir, list(b.model.head.label_fields), do_eval, steps_per_epoch,
                                 task.main_metric, task.greater_is_better),

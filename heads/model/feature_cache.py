@@ -129,18 +129,18 @@ class CachedInputs(torch.utils.data.Dataset):
     """The split's model-input rows, each with its cached ``layer_states`` ([T, K, H]); with
     ``spec``, the cache holds every hidden state and each row is reduced to what ``spec`` stores."""
 
-    def __init__(self, features, store: FeatureStore, spec: LayerSpec | None = None):
+    def __init__(self, features, store: FeatureStore, spec: LayerSpec | None = None, key: str = "layer_states"):
         if len(features) != len(store):
             raise ValueError(f"{store.path}: {len(store)} cached rows for {len(features)} features")
         every_state = list(range(store.meta["shape"][1]))
         if spec is not None and store.meta["key_parts"]["layers"] != every_state:
             raise ValueError(f"{store.path}: holds layers {store.meta['key_parts']['layers']}, not every "
                              f"hidden state, so it cannot serve mode.layers={spec.describe()}")
-        self.features, self.store, self.spec = features, store, spec
+        self.features, self.store, self.spec, self.key = features, store, spec, key
 
     def reading(self, spec: LayerSpec) -> "CachedInputs":
         """The same rows for another layer choice (a cache of every hidden state: ``action=probe``)."""
-        return CachedInputs(self.features, self.store, spec)
+        return CachedInputs(self.features, self.store, spec, self.key)
 
     def __len__(self) -> int:
         return len(self.features)
@@ -152,7 +152,7 @@ class CachedInputs(torch.utils.data.Dataset):
         if self.spec is not None:  # only the chosen states leave the map
             chosen = torch.from_numpy(np.asarray(states[:, list(self.spec.indices)], dtype=np.float32))
             states = self.spec.select(dict(zip(self.spec.indices, chosen.unbind(-2)))).numpy()
-        return dict(self.features[int(i)], layer_states=states)
+        return dict(self.features[int(i)], **{self.key: states})
 
 
 def validate(path: str, key: str, lengths: np.ndarray, shape: tuple[int, int], dtype: str) -> str | None:
@@ -214,13 +214,13 @@ StatesFn = Callable[..., torch.Tensor]
 
 
 def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size: int, device,
-                what: str) -> Iterator[tuple[list[int], torch.Tensor]]:
-    """Run ``states_fn`` (ids, mask, token types → a batch-first tensor, e.g. [B, T, K, H]) over
-    ``features`` in length-sorted batches, no grad; yields each batch's row indices and output
-    (float32, on the CPU). Logs progress."""
+                what: str, extra: tuple[str, ...] = ()) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """Run ``states_fn`` (ids, mask, token types, and the ``extra`` columns by name → a batch-first
+    tensor, e.g. [B, T, K, H]) over ``features`` in length-sorted batches, no grad; yields each
+    batch's row indices and output (float32, on the CPU). Logs progress."""
     from tasks.collate import DynamicPaddingCollator
 
-    columns = [c for c in ENCODER_INPUTS if c in features.column_names]
+    columns = [c for c in ENCODER_INPUTS + tuple(extra) if c in features.column_names]
     inputs = features.select_columns(columns)
     lengths = row_lengths(features)
     order = np.argsort(lengths, kind="stable").tolist()  # similar lengths together: little padding
@@ -231,7 +231,8 @@ def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size:
         rows = order[start: start + batch_size]
         batch = {k: v.to(device) for k, v in collate([inputs[i] for i in rows]).items()}
         with torch.inference_mode():
-            states = states_fn(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+            states = states_fn(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                               **{k: batch[k] for k in extra if k in batch})
         yield rows, states.float().cpu()
         done += len(rows)
         if time.time() - last > 10 or done == len(order):
@@ -241,7 +242,8 @@ def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size:
 
 
 def _build(states_fn: StatesFn, features, path: str, key: str, parts: dict, lengths: np.ndarray,
-           shape: tuple[int, int], settings: CacheSettings, pad_token_id: int, device, what: str) -> None:
+           shape: tuple[int, int], settings: CacheSettings, pad_token_id: int, device, what: str,
+           extra: tuple[str, ...] = ()) -> None:
     from kotune.core.files import write_json_atomic
 
     tmp = f"{path}.tmp{os.getpid()}"
@@ -252,7 +254,7 @@ def _build(states_fn: StatesFn, features, path: str, key: str, parts: dict, leng
     store = np.lib.format.open_memmap(states_path, mode="w+", dtype=DTYPES[settings.dtype],
                                       shape=(int(offsets[-1]), *shape))
     for rows, states in iter_states(states_fn, features, pad_token_id=pad_token_id,
-                                    batch_size=settings.batch_size, device=device, what=what):
+                                    batch_size=settings.batch_size, device=device, what=what, extra=extra):
         for j, i in enumerate(rows):
             store[offsets[i]: offsets[i + 1]] = states[j, : lengths[i]].numpy()
     store.flush()

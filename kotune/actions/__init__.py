@@ -34,5 +34,6 @@ ACTIONS: dict[str, Action] = {
     "probe": _module_action("kotune.actions.probe"),
     "serve": _module_action("kotune.actions.serve"),
     "label_issues": _module_action("kotune.actions.label_issues"),
+    "distill": _module_action("kotune.actions.distill"),
     "rerank": _module_action("kotune.actions.rerank"),
 }

@@ -30,11 +30,16 @@ def selected_on(cfg: DictConfig) -> str | None:
     return SELECTIONS[selection] if cfg.data.get("folds") is not None else "validation split"
 
 
-def run(cfg: DictConfig, run_dir: str) -> dict:
+def run(cfg: DictConfig, run_dir: str, distillation=None) -> dict:
+    """``distillation`` (kotune/distill.py, action=distill): the student's encoder, the teacher's
+    cached logits on the training rows and the distillation loss; the rest is this training run."""
     selection = selected_on(cfg)
     need = ("train", "validation", "select") if selection == SELECTIONS["inner"] else ("train", "validation")
     with local_rank_zero_first():
-        b = build(cfg, need + (("calibrate",) if calibration.method(cfg) else ()))
+        b = build(cfg, need + (("calibrate",) if calibration.method(cfg) else ()),
+                  encoder_side=distillation.encoder_side(cfg) if distillation else None)
+        if distillation:
+            distillation.prepare(cfg, b)
     calibration.check(cfg, b.model, b.splits)  # a head without class probabilities, a slice too small: before training
     # after build: a data or config mistake is answered before transformers' Trainer (and peft,
     # accelerate) load, seconds of every failing command
@@ -43,7 +48,12 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     from kotune.resume import train_resumable
     from kotune.trainer import make_trainer
 
-    trainer = make_trainer(cfg, b, run_dir, fit_decision=lambda t: fit_decision(t, b))
+    trainer_class = None
+    if distillation:
+        from kotune.distill_trainer import DistillTrainer as trainer_class
+    trainer = make_trainer(cfg, b, run_dir, fit_decision=lambda t: fit_decision(t, b), trainer_class=trainer_class)
+    if distillation:
+        trainer.use(distillation.loss())
     log(f"training: {len(b.splits['train'].examples)} examples, "
         f"{b.model.param_counts()['trainable_params']:,} trainable parameters")
     train_metrics, train_loss, resumed_from = train_resumable(trainer, cfg, run_dir)
@@ -65,7 +75,8 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
                      train_samples_per_second=train_metrics.get("train_samples_per_second"),
                      head_train_s=train_metrics.get("train_runtime"),
                      resumed_from=resumed_from, early_stopping=early_stopping.report(trainer, cfg),
-                     pruned=pruning.report(trainer), selected_on=selection, calibration=calibrated, **best)
+                     pruned=pruning.report(trainer), selected_on=selection, calibration=calibrated,
+                     distill=distillation.results(cfg, b, "validation") if distillation else None, **best)
     if res["pruned"]:
         log(f"pruned at evaluation {res['pruned']['evaluation']} (step {res['pruned']['step']} of "
             f"{res['pruned']['max_steps']}): no model saved")

@@ -1,0 +1,14 @@
+"""``action=distill distill.teacher=RUN``: train a small student on a trained run's soft targets
+(docs/distillation.md). The student's run is ``action=train``'s (kotune/actions/train.py) with the
+teacher's pieces of kotune/distill.py: the same data, evaluation, checkpoints, resume, selection,
+calibration and saved model, so eval, predict, export, serve and sweeps read it as any run."""
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from kotune.actions import train
+from kotune.distill import Distillation
+
+
+def run(cfg: DictConfig, run_dir: str) -> dict:
+    return train.run(cfg, run_dir, distillation=Distillation(cfg))

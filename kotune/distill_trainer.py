@@ -1,0 +1,91 @@
+"""``action=distill``'s Trainer: kotune's (kotune/trainer.py) with the distillation loss
+
+    (1 − alpha) · task loss + alpha · soft-target loss (heads/distill_loss.py) [+ hidden · hidden-state loss]
+
+The soft targets are the batch's cached teacher logits (heads/model/teacher_cache.py): the teacher
+does not run during training, unless hidden-state matching (``distill.hidden_weight``) needs its
+hidden states at each step. Each term is a mean over its own items across the optimizer step's
+micro-batches: ``loss_counts`` appends the soft-target items (every row the teacher labelled,
+labelled or not) and the hidden-state items (real tokens × mapped layers) to the task's counts."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from heads.distill_loss import hidden_state_sum, soft_target_count, soft_target_sum
+from heads.model.student import layer_stack
+from heads.model.teacher_cache import COLUMN
+from kotune.trainer import KotuneTrainer
+
+
+@dataclass
+class DistillLoss:
+    kind: str                 # heads/distill_loss.py's KINDS
+    temperature: float
+    alpha: float              # the soft targets' share; 1 − alpha the task loss's
+    hidden_weight: float = 0.0
+    teacher_encoder: torch.nn.Module | None = None  # hidden-state matching only
+    layer_map: list[int] = field(default_factory=list)  # student layer i ← teacher layer layer_map[i]
+
+
+def _first(output):
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+class DistillTrainer(KotuneTrainer):
+    loss_is_scaled_for_ga = True  # compute_loss divides by the whole step's counts
+    replicas_compute_loss = False
+    distill: DistillLoss  # set by kotune/actions/distill.py before training
+
+    def use(self, distill: DistillLoss) -> None:
+        self.distill = distill
+        self._student_states: list[torch.Tensor] = []
+        if distill.hidden_weight > 0:
+            distill.teacher_encoder.to(self.args.device)
+
+            def keep(module, inputs, output) -> None:  # training steps only (evaluation keeps nothing)
+                if module.training:
+                    self._student_states.append(_first(output))
+
+            for layer in layer_stack(self.model.encoder):
+                layer.register_forward_hook(keep)
+
+    def loss_counts(self, batch: dict) -> torch.Tensor | None:
+        task = super().loss_counts(batch)
+        if task is None or COLUMN not in batch:
+            return task
+        labels = {k: batch[k] for k in self.model.head.label_fields}
+        soft = soft_target_count(self.distill.kind, labels, batch[COLUMN]).to(task.device)
+        hidden = batch["attention_mask"].sum() * len(self.distill.layer_map) if self.distill.hidden_weight > 0 else 0
+        return torch.cat([task.reshape(-1), soft.reshape(1), torch.as_tensor(hidden).reshape(1).to(task.device)])
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        teacher = inputs.pop(COLUMN, None)
+        if teacher is None or return_outputs:  # evaluation: the model's own loss
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        d = self.distill
+        counts = num_items_in_batch if num_items_in_batch is not None else self.loss_counts({**inputs, COLUMN: teacher})
+        counts = torch.as_tensor(counts).reshape(-1)
+        self._student_states = []
+        outputs = model(**inputs, num_items_in_batch=counts[:-2])
+        labels = {k: inputs[k] for k in self.model.head.label_fields}
+        soft = soft_target_sum(d.kind, outputs["logits"], teacher, labels, d.temperature)
+        loss = (1 - d.alpha) * outputs["loss"] + d.alpha * soft / counts[-2].clamp(min=1)
+        if d.hidden_weight > 0:
+            loss = loss + d.hidden_weight * self.hidden_loss(inputs) / counts[-1].clamp(min=1)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * self.accelerator.num_processes  # the counts span the processes; DDP averages
+        return loss
+
+    def hidden_loss(self, inputs: dict) -> torch.Tensor:
+        """The student's layers' outputs (caught by hooks in this step's forward) against the
+        teacher layers they were copied from, on the same batch."""
+        d = self.distill
+        with torch.no_grad():
+            d.teacher_encoder.eval()
+            states = d.teacher_encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                       token_type_ids=inputs.get("token_type_ids"),
+                                       output_hidden_states=True).hidden_states
+        teacher_states = [states[j + 1] for j in d.layer_map]  # hidden_states[0]: the embeddings
+        return hidden_state_sum(self._student_states[-len(d.layer_map):], teacher_states, inputs["attention_mask"])

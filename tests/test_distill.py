@@ -1,0 +1,264 @@
+"""action=distill: the soft-target losses per head kind, the layer choice and copy, the teacher's
+logits cached once and equal to the teacher's own, the student as an ordinary run (eval, predict,
+ONNX int8 export, results.json naming its teacher and the teacher's score on the same split), and
+each bad input refused in one line. tests/test_action_matrix.py distils every task's run."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import compose
+
+TINY = ["model=tiny", "data=sample", "train.batch_size=16", "train.max_steps=6"]
+
+
+def refused_in_one_line(res: dict) -> str:
+    assert res["status"] == "failed" and "traceback" not in res and "\n" not in res["error"], res
+    return res["error"]
+
+
+# ---- losses ----------------------------------------------------------------------------------
+def rows(logits: torch.Tensor) -> torch.Tensor:
+    """Per-example logits as the cache stores them: [B, 1, 1, C]."""
+    return logits[:, None, None, :]
+
+
+@pytest.mark.parametrize("kind", ["classes", "sigmoid", "regression"])
+def test_per_example_soft_targets_vanish_only_at_the_teachers_logits(kind):
+    from heads.distill_loss import soft_target_count, soft_target_sum
+
+    torch.manual_seed(0)
+    width = 1 if kind == "regression" else 3
+    teacher = torch.randn(4, width)
+    labels = {"labels": torch.zeros(4, width) if kind == "sigmoid" else torch.zeros(4)}
+    same = soft_target_sum(kind, teacher.clone(), rows(teacher), labels, 2.0)
+    other = soft_target_sum(kind, teacher + torch.randn(4, width), rows(teacher), labels, 2.0)
+    assert same.item() == pytest.approx(0.0, abs=1e-6) and other.item() > 1e-3
+    assert soft_target_count(kind, labels, rows(teacher)).item() == (12 if kind == "sigmoid" else 4)
+
+
+def test_the_classes_loss_is_hintons_t_squared_kl():
+    from heads.distill_loss import soft_target_sum
+
+    student, teacher, t = torch.tensor([[1.0, 0.0, -1.0]]), torch.tensor([[0.0, 2.0, 0.5]]), 3.0
+    p = torch.softmax(teacher / t, -1)
+    expected = t * t * (p * (torch.log(p) - torch.log_softmax(student / t, -1))).sum()
+    assert soft_target_sum("classes", student, rows(teacher), {"labels": torch.zeros(1)}, t).item() == \
+        pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_token_soft_targets_count_labelled_positions_only():
+    from heads.distill_loss import soft_target_count, soft_target_sum
+
+    torch.manual_seed(0)
+    teacher = torch.randn(2, 5, 4)
+    labels = torch.tensor([[-100, 1, 2, -100, -100], [-100, 0, 0, 3, -100]])
+    student = teacher.clone()
+    student[labels == -100] = torch.randn(5, 4) * 5  # unlabelled positions (specials, padding, subwords) do not count
+    assert soft_target_sum("positions", student, teacher.unsqueeze(2), {"labels": labels}, 1.0).item() == \
+        pytest.approx(0.0, abs=1e-6)
+    student[0, 1, 0] += 1.0
+    assert soft_target_sum("positions", student, teacher.unsqueeze(2), {"labels": labels}, 1.0).item() > 1e-3
+    assert soft_target_count("positions", {"labels": labels}, teacher.unsqueeze(2)).item() == 5
+
+
+def test_span_soft_targets_read_real_positions_of_answered_rows():
+    from heads.distill_loss import soft_target_sum
+    from heads.span import MASKED
+
+    torch.manual_seed(0)
+    start, end = torch.randn(2, 6), torch.randn(2, 6)
+    start[:, 4:], end[:, 4:] = MASKED, MASKED  # padding
+    teacher = torch.stack([start, end], -1).unsqueeze(2).clone()
+    teacher[:, 4:] = 0.0  # the collator pads cached rows with zeros: they must not count as positions
+    labels = {"start_positions": torch.tensor([1, -100]), "end_positions": torch.tensor([2, -100])}
+    assert soft_target_sum("span", (start, end), teacher, labels, 2.0).item() == pytest.approx(0.0, abs=1e-5)
+    moved = (start.clone(), end.clone())
+    moved[0][1, 0] += 3.0  # the unanswered row does not count
+    assert soft_target_sum("span", moved, teacher, labels, 2.0).item() == pytest.approx(0.0, abs=1e-5)
+    moved[0][0, 0] += 3.0
+    assert soft_target_sum("span", moved, teacher, labels, 2.0).item() > 1e-3
+
+
+# ---- students --------------------------------------------------------------------------------
+def test_layer_choices():
+    from heads.model.student import choose_layers
+    from kotune.core.errors import ConfigError
+
+    assert choose_layers("spread", 12, 6) == [0, 2, 4, 7, 9, 11]  # DistilBERT's extraction
+    assert choose_layers("spread", 12, 4) == [0, 4, 7, 11]
+    assert choose_layers("first", 12, 3) == [0, 1, 2] and choose_layers("last", 12, 2) == [10, 11]
+    assert choose_layers([5, 1], 12, 2) == [1, 5]
+    for bad in (("spread", 2, 3), ("spread", 2, 0), ([1, 1], 4, 2), ([7], 4, 1), ("middle", 4, 2)):
+        with pytest.raises(ConfigError):
+            choose_layers(*bad)
+
+
+def test_copied_layers_are_the_teachers():
+    from transformers import BertConfig, BertModel
+
+    from heads.model.student import copy_layers, narrow_encoder
+
+    torch.manual_seed(0)
+    teacher = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
+                                   intermediate_size=32), add_pooling_layer=False).eval()
+    whole = copy_layers(teacher, [0, 1, 2, 3]).eval()
+    ids = torch.randint(0, 50, (2, 7))
+    torch.testing.assert_close(whole(input_ids=ids).last_hidden_state, teacher(input_ids=ids).last_hidden_state)
+    student = copy_layers(teacher, [0, 3])
+    assert student.config.num_hidden_layers == 2 and teacher.config.num_hidden_layers == 4
+    torch.testing.assert_close(student.encoder.layer[1].output.dense.weight, teacher.encoder.layer[3].output.dense.weight)
+    assert student.encoder.layer[1].output.dense.weight.data_ptr() != teacher.encoder.layer[3].output.dense.weight.data_ptr()
+    narrow = narrow_encoder(teacher, 8, 1, seed=0)
+    assert (narrow.config.hidden_size, narrow.config.num_attention_heads, narrow.config.num_hidden_layers,
+            narrow.config.intermediate_size, narrow.config.vocab_size) == (8, 1, 1, 16, 50)
+
+
+# ---- runs -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory, cache_dir) -> dict:
+    from kotune.job import execute
+
+    root = tmp_path_factory.mktemp("distill")
+    res = execute(compose(["task=text_cls", *TINY, f"cache_dir={cache_dir}"]), str(root / "teacher"))
+    assert res["status"] == "ok", res.get("error")
+    return {"dir": root / "teacher", "res": res, "root": root}
+
+
+def distil(run_job, teacher: dict, *extra: str, name: str = "student") -> dict:
+    return run_job(["action=distill", f"distill.teacher={teacher['dir']}", "data=sample", "train.batch_size=16",
+                    "train.max_steps=6", *extra], name)
+
+
+def test_a_student_names_its_teacher_and_the_teachers_score(run_job, teacher, tmp_path):
+    from tasks.splits import sample_file
+
+    res = distil(run_job, teacher, "distill.student_layers=1")
+    assert res["status"] == "ok", res.get("error")
+    d = res["distill"]
+    assert d["teacher"]["path"] == str(teacher["dir"]) and len(d["teacher"]["digest"]) == 64
+    assert d["teacher"]["metrics"] == pytest.approx(teacher["res"]["metrics"])  # the same split, the same score
+    assert d["layer_map"] == [0] and d["student"]["layers"] == 1 and d["teacher"]["layers"] == 2
+    assert res["task"] == "text_cls" and res["total_params"] < teacher["res"]["total_params"]
+    # an ordinary run: eval of its checkpoint gives its metrics; predict and an int8 ONNX export read it
+    again = run_job([f"checkpoint={tmp_path / 'student'}", "action=eval", "data=sample"], "eval")
+    assert again["metrics"] == pytest.approx(res["metrics"])
+    onnx = run_job([f"checkpoint={tmp_path / 'student'}", "action=export", "export.format=onnx",
+                    "export.quantize=int8", f"export.dir={tmp_path / 'onnx'}"], "export")
+    assert onnx["status"] == "ok", onnx.get("error")
+    dev = sample_file(compose(["task=text_cls"]).task, "validation")
+    for checkpoint in ("student", "onnx"):
+        predicted = run_job([f"checkpoint={tmp_path / checkpoint}", "action=predict", f"data.predict_file={dev}"],
+                            f"predict_{checkpoint}")
+        assert predicted["status"] == "ok" and predicted["n_predict"] == res["n_eval"], predicted.get("error")
+    fp32 = [json.loads(line)["prediction"] for line in (tmp_path / "predict_student" / "predictions.jsonl").open()]
+    int8 = [json.loads(line)["prediction"] for line in (tmp_path / "predict_onnx" / "predictions.jsonl").open()]
+    assert np.mean([a == b for a, b in zip(fp32, int8)]) >= 0.8
+
+
+def test_teacher_logits_are_computed_once_and_are_the_teachers(run_job, teacher, monkeypatch):
+    from heads.model import feature_cache
+    from heads.model.feature_cache import FeatureStore
+    from heads.model.kotune_model import KotuneModel
+
+    builds = []
+    real_build = feature_cache._build
+    monkeypatch.setattr(feature_cache, "_build", lambda *a, **k: builds.append(1) or real_build(*a, **k))
+    import heads.model.teacher_cache as teacher_cache
+
+    monkeypatch.setattr(teacher_cache, "_build", feature_cache._build)
+    first = distil(run_job, teacher, "distill.student_layers=1", "distill.temperature=3", name="a")
+    second = distil(run_job, teacher, "distill.student_layers=2", "distill.alpha=0.9", name="b")
+    assert [first["distill"]["cache"]["splits"]["train"]["status"],
+            second["distill"]["cache"]["splits"]["train"]["status"]] in (["miss", "hit"], ["hit", "hit"])
+    assert len(builds) <= 1 and second["train_loss"] != first["train_loss"]
+    store = FeatureStore(first["distill"]["cache"]["splits"]["train"]["path"])
+    model = KotuneModel.load(str(teacher["dir"] / "model")).eval()
+    from kotune.build import build
+
+    b = build(compose(["task=text_cls", "data=sample", f"checkpoint={teacher['dir']}",
+                       f"cache_dir={first['config']['cache_dir']}"]), ("train",))
+    for i in range(3):
+        row = b.inputs["train"][i]
+        with torch.no_grad():
+            logits = model(**{k: torch.tensor([row[k]]) for k in ("input_ids", "attention_mask", "token_type_ids")
+                              if k in row})["logits"]
+        np.testing.assert_allclose(store.row(i)[0, 0], logits[0].numpy(), atol=1e-5)
+
+
+def test_students_from_a_preset_or_narrower_and_hidden_matching(run_job, teacher):
+    preset = distil(run_job, teacher, "model=tiny", name="preset")  # the tiny tokenizer of the same text
+    narrow = distil(run_job, teacher, "distill.student_hidden=64", "distill.student_layers=1", name="narrow")
+    matched = distil(run_job, teacher, "distill.student_layers=1", "distill.hidden_weight=1", name="hidden")
+    for res in (preset, narrow, matched):
+        assert res["status"] == "ok", res.get("error")
+    assert preset["distill"]["student"]["init"] == "model=tiny" and preset["distill"]["layer_map"] is None
+    assert narrow["distill"]["student"]["hidden"] == 64 and narrow["distill"]["student"]["layers"] == 1
+    assert matched["distill"]["hidden_weight"] == 1.0 and matched["distill"]["layer_map"] == [0]
+
+
+def test_unlabelled_text_is_labelled_by_the_teacher(run_job, teacher, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("정말 좋은 영화였다\n\n별로였어요 진짜\n그냥 그래요\n최고의 작품\n", encoding="utf-8")
+    res = distil(run_job, teacher, "distill.student_layers=1", f"distill.unlabeled_file={corpus}",
+                 "distill.unlabeled_ratio=0.03")
+    assert res["status"] == "ok", res.get("error")
+    assert res["distill"]["n_unlabeled"] == 2 and res["distill"]["cache"]["splits"]["train"]["rows"] == res["n_train"] + 2
+
+
+def test_bad_inputs_are_refused_in_one_line(run_job, teacher, tmp_path):
+    from tasks.splits import sample_file
+
+    assert "the teacher has 2 layer(s)" in refused_in_one_line(distil(run_job, teacher, "distill.student_layers=3"))
+    assert "task=text_cls" in refused_in_one_line(distil(run_job, teacher, "distill.student_layers=1", "task=nli"))
+    assert "tokenizer" in refused_in_one_line(distil(run_job, teacher, "model=tiny", "model.tokenizer.vocab_size=300"))
+    assert "distill.teacher" in refused_in_one_line(run_job(["action=distill", "task=text_cls", *TINY]))
+    assert "no such directory" in refused_in_one_line(distil(run_job, {"dir": tmp_path / "none"}, "distill.student_layers=1"))
+    # another label set: training data with two of the teacher's labels
+    train = Path(sample_file(compose(["task=text_cls"]).task, "train"))
+    lines = train.read_text(encoding="utf-8").splitlines()
+    labels = sorted({line.split("\t")[-1] for line in lines[1:] if line.strip()})
+    subset = tmp_path / "two_labels.tsv"
+    subset.write_text("\n".join([lines[0]] + [line for line in lines[1:] if line.split("\t")[-1] in labels[:2]]) + "\n",
+                      encoding="utf-8")
+    assert "label" in refused_in_one_line(distil(run_job, teacher, "distill.student_layers=1",
+                                                 f"data.train_file={subset}", f"data.validation_file={subset}"))
+    # a teacher whose files are not as saved (its manifest)
+    broken = tmp_path / "broken"
+    shutil.copytree(teacher["dir"] / "model", broken / "model")
+    head = broken / "model" / "head.safetensors"
+    head.write_bytes(head.read_bytes()[:-4] + b"\0\0\0\0")
+    assert "head.safetensors" in refused_in_one_line(distil(run_job, {"dir": broken}, "distill.student_layers=1"))
+    # options
+    assert "distill.alpha" in refused_in_one_line(distil(run_job, teacher, "distill.student_layers=1", "distill.alpha=1.5"))
+    assert "hidden" in refused_in_one_line(distil(run_job, teacher, "model=tiny", "distill.hidden_weight=1"))
+    assert "mode=finetune" in refused_in_one_line(distil(run_job, teacher, "distill.student_layers=1", "mode=frozen"))
+
+
+def test_token_and_span_students(run_job, tmp_path_factory, cache_dir):
+    from kotune.job import execute
+
+    root = tmp_path_factory.mktemp("distill_heads")
+    for task in ("ner", "qa"):
+        teacher = execute(compose([f"task={task}", *TINY, f"cache_dir={cache_dir}"]), str(root / task))
+        assert teacher["status"] == "ok", teacher.get("error")
+        res = distil(run_job, {"dir": root / task}, "distill.student_layers=1", name=task)
+        assert res["status"] == "ok", res.get("error")
+        assert res["distill"]["kind"] == {"ner": "positions", "qa": "span"}[task]
+        assert res["distill"]["teacher"]["metrics"] == pytest.approx(teacher["metrics"])
+        meta = json.loads(Path(res["distill"]["cache"]["splits"]["train"]["path"], "meta.json").read_text())
+        assert meta["shape"][1:] == [1, 2 if task == "qa" else len(teacher_labels(root / task))]
+        unlabeled = tmp_path_factory.mktemp("u") / "u.txt"
+        unlabeled.write_text("한 줄\n", encoding="utf-8")
+        assert "single-text classification" in refused_in_one_line(
+            distil(run_job, {"dir": root / task}, "distill.student_layers=1", f"distill.unlabeled_file={unlabeled}",
+                   name=f"{task}_unlabeled"))
+
+
+def teacher_labels(run_dir: Path) -> list:
+    return json.loads((run_dir / "model" / "kotune.json").read_text(encoding="utf-8"))["meta"]["labels"]
