@@ -7,7 +7,8 @@ checkpoints saved before still load.
 """
 from __future__ import annotations
 
-import heads.dependency  # noqa: F401  (each module registers its head: kotune.register_head)
+import heads.bi_encoder  # noqa: F401  (each module registers its head: kotune.register_head)
+import heads.dependency  # noqa: F401
 import heads.relation  # noqa: F401
 import heads.sequence  # noqa: F401
 import heads.span  # noqa: F401

@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from kotune import embeddings
 from kotune.actions import ACTIONS
 from kotune.runtime import is_rank_zero, world_size
 from kotune.core.atomic_dir import clear_leftovers
@@ -56,7 +57,10 @@ def execute(cfg: DictConfig, run_dir: str) -> dict:
     try:
         if cfg.action not in ACTIONS:
             raise ConfigError(f"unknown action '{cfg.action}' (choices: {', '.join(ACTIONS)})")
-        results.update(ACTIONS[cfg.action](cfg, run_dir))
+        action = ACTIONS[cfg.action]
+        if embeddings.runs_here(cfg):  # a bi-encoder trains and predicts through sentence-transformers
+            action = embeddings.action_for(cfg) or action
+        results.update(action(cfg, run_dir))
         results["status"] = "pruned" if results.get("pruned") else "ok"  # a sweep's trial stopped early (kotune/sweeps/pruning.py)
     except KotuneError as e:
         results.update(status="failed", error=str(e), error_type=type(e).__name__)

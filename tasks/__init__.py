@@ -12,6 +12,7 @@ import tasks.multi_label  # noqa: F401
 import tasks.ner  # noqa: F401
 import tasks.qa  # noqa: F401
 import tasks.re  # noqa: F401
+import tasks.sentence_embedding  # noqa: F401
 from kotune.core.errors import ConfigError
 from kotune.core.registry import TASKS
 from tasks.base import Task, TaskOption

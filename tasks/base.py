@@ -262,6 +262,9 @@ class Task:
         where the task's input is more than plain text."""
         return None
 
+    # action=serve's POST paths for this task's requests (kotune/serving/app.py; a bi-encoder adds /embed)
+    serve_paths: tuple[str, ...] = ("/predict",)
+
     def request_examples(self, items: list[dict[str, str]], source: str = "request") -> list[dict]:
         """Examples of unlabelled inputs, each a dict of :attr:`request_fields`, checked as a file's
         rows are (a DataError names ``source`` and the item)."""

@@ -83,14 +83,19 @@ CEILINGS = {"ner", "token_cls", "mrc", "korquad", "qa", "dp", "dp_klue", "ner+cr
 # their sample words all start a token, or the decode is per character: every gold label survives
 LOSSLESS = {"token_cls", "dp", "dp_klue", "token_cls+crf+char"}
 KLUE_RECIPE_LORA = ("nli",)
+# task=sentence_embedding and its preset: a bi-encoder trained by sentence-transformers' trainer on its
+# losses (kotune/embeddings/): test_a_bi_encoder_answers_every_action_or_refuses_in_one_line tries every
+# action on it, tests/test_sentence_embedding.py checks what each one gives (exports, predictions, serving)
+BI_ENCODER = ("sentence_embedding", "sentence_embedding_kor")
 LORA_FROM_PRETRAINING = "nli"
 
 
 def registered_tasks() -> list[str]:
-    """Every task a user can name: conf/task/*.yaml (the registry's tasks and presets such as dp_klue)."""
+    """Every task a user can name: conf/task/*.yaml (the registry's tasks and presets such as dp_klue),
+    but the bi-encoder's (BI_ENCODER: its model trains through sentence-transformers, its cells below)."""
     from conftest import ROOT
 
-    return sorted(p.stem for p in (ROOT / "conf" / "task").glob("*.yaml"))
+    return sorted(p.stem for p in (ROOT / "conf" / "task").glob("*.yaml") if p.stem not in BI_ENCODER)
 
 
 def one_task_per_head() -> list[str]:
@@ -652,3 +657,35 @@ def test_pretrain_on_the_tasks_text_then_fine_tune_from_it(task, tmp_path, cache
         again = ok(job([f"task={task}", *SMALL, "action=eval", f"checkpoint={tmp_path / 'lora'}"],
                        tmp_path / "eval", cache_dir))
         same(again, lora, keys=("metrics",))
+
+
+def test_a_bi_encoder_answers_every_action_or_refuses_in_one_line(tmp_path, cache_dir):
+    """task=sentence_embedding against every action: the ones that make sense for sentence vectors run
+    (their results are checked in tests/test_sentence_embedding.py), the others refuse in one line
+    saying why; an action added later is refused until it is thought through (kotune/embeddings/)."""
+    from kotune.actions import ACTIONS
+    from kotune.embeddings import OWN, REFUSED, RUNS
+
+    bi = ["task=sentence_embedding", *TINY]
+    run = ok(job([*bi, "train.max_steps=2"], tmp_path / "train", cache_dir))
+    assert run["head"] == "bi_encoder"
+    texts = tmp_path / "texts.txt"
+    texts.write_text("서울에서 회의가 열렸다.\n오늘 날씨가 맑다.\n", encoding="utf-8")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("서울에서 회의가 열렸다.\n" * 20, encoding="utf-8")
+    dev = sample("sts", "validation")
+    given = {"eval": [f"checkpoint={tmp_path / 'train'}"], "embed": [f"checkpoint={tmp_path / 'train'}", f"embed.input={texts}"],
+             "predict": [f"checkpoint={tmp_path / 'train'}", f"data.predict_file={dev}"],
+             "export": [f"checkpoint={tmp_path / 'train'}", "export.format=sentence_transformers"],
+             "pretrain": [f"data.train_file={corpus}", "train.max_steps=1", "model.tokenizer.vocab_size=25"]}
+    for action in ACTIONS:
+        if action in ("train", "serve"):  # trained above; served over HTTP in tests/test_sentence_embedding.py
+            continue
+        res = job([*bi, f"action={action}", *given.get(action, [f"checkpoint={tmp_path / 'train'}"])],
+                  tmp_path / action, cache_dir)
+        if action in RUNS or action in OWN:
+            ok(res)
+        else:
+            error = refused_in_one_line(res)
+            assert error.startswith(f"action={action} does not apply to task=sentence_embedding"), error
+            assert action not in REFUSED or REFUSED[action] in error

@@ -53,6 +53,8 @@ def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
     assert set(task.label_fields) <= set(columns), "training features lack the head's labels"
     encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=0)
     model = KotuneModel(encoder, task.head, task.head_kwargs())
+    if getattr(task, "runner", None) == "sentence_transformers":  # a bi-encoder: sentence-transformers' loss
+        return assert_the_bi_encoder_trains(task, examples, model, tokenizer)
     batch = DynamicPaddingCollator(tokenizer.pad_token_id, 1)([features.select_columns(columns)[i]
                                                                for i in range(min(4, len(features)))])
     assert set(columns) == {*MODEL_INPUTS, *model.head.label_fields, *model.head.extra_inputs} & set(features.column_names) \
@@ -61,6 +63,33 @@ def test_every_task_feeds_its_head(task_name, tmp_path, cache_dir):
     assert "loss" in out and math.isfinite(float(out["loss"].detach()))
     out["loss"].backward()
     assert any(p.grad is not None and torch.any(p.grad != 0) for p in model.head.parameters())
+
+
+def assert_the_bi_encoder_trains(task, examples, model, tokenizer) -> None:
+    """task=sentence_embedding: its head pools (no weights, no loss of its own); the training rows the
+    task reads, through the loss their shape picks, give a finite loss whose gradient reaches the
+    encoder, and the head's vectors are the SentenceTransformer's (kotune/embeddings/)."""
+    import torch
+
+    from heads.model.sentence_transformer import from_kotune_model
+    from kotune.embeddings.train import loss_for, training_dataset
+    from tasks.sentence_embedding import shape_of
+
+    assert task.label_fields == () and not list(model.head.parameters())
+    st = from_kotune_model(model, tokenizer, device="cpu")
+    loss, _ = loss_for(task, st, shape_of(examples))
+    rows = training_dataset(task, examples).select(range(4))
+    texts = [c for c in rows.column_names if c != "score"]
+    features = [st.tokenize(list(rows[c])) for c in texts]
+    value = loss(features, torch.tensor(list(rows["score"])) if "score" in rows.column_names else None)
+    assert math.isfinite(float(value.detach()))
+    value.backward()
+    assert any(p.grad is not None and torch.any(p.grad != 0) for p in model.encoder.parameters())
+    first = list(rows[texts[0]])
+    batch = tokenizer(first, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ours = model.eval()(**batch)["logits"]
+    assert torch.allclose(ours, st.encode(first, convert_to_tensor=True), atol=1e-5)
 
 
 def test_train_eval_and_predict_write_one_schema(run_job, tmp_path):

@@ -75,7 +75,7 @@ def from_kotune_model(model, tokenizer, device: str | None = None):
     """The SentenceTransformer of a bi-encoder KotuneModel (head ``bi_encoder``): its encoder, layer
     choice and pooling, at the length it was trained with."""
     return build_sentence_transformer(model.encoder, tokenizer, layers=model.mixer.spec.describe(),
-                                      pooling=model.head_kwargs.get("pooling"),
+                                      pooling=model.head.pooling,
                                       max_length=int(model.meta.get("max_length") or 128), device=device)
 
 

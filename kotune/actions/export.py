@@ -27,6 +27,7 @@ def exporter_for(cfg_export) -> Exporter:
     ``export.format=onnx``)."""
     import kotune.export.native  # noqa: F401  (each module registers its format: kotune.register_exporter)
     import kotune.export.onnx  # noqa: F401
+    import kotune.embeddings.export  # noqa: F401  (export.format=sentence_transformers)
 
     fmt = str(cfg_export.get("format") or "native")
     if fmt not in EXPORTERS:

@@ -51,7 +51,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         warn(f"serve.host={host} is not a loopback address: whoever reaches this machine on port {port} can use the "
              f"model{'' if api_key else ' (no API key: set KOTUNE_API_KEY or serve.api_key)'}; plain HTTP, no TLS")
     log(f"serving {what['task']} ({what['runtime']}{', ' + what['model_file'] if what['model_file'] else ''}) on "
-        f"http://{host}:{port}: POST /predict, GET /health; batches of up to {batcher.max_batch} texts, "
+        f"http://{host}:{port}: POST {', '.join(predictor.b.task.serve_paths)}, GET /health; batches of up to {batcher.max_batch} texts, "
         f"{limits['max_wait_ms']} ms wait{'; API key required' if api_key else ''} (Ctrl-C stops)")
     server = make_server(app, batcher, host, port, keep_alive_s=seconds["keep_alive_s"],
                          shutdown_grace_s=seconds["shutdown_grace_s"])

@@ -67,6 +67,11 @@ def _usage(export: dict, head: str) -> list[str]:
                 f"python run.py action=serve checkpoint={where}   # POST /predict on 127.0.0.1:8000", "```",
                 f"or onnxruntime directly: `onnxruntime.InferenceSession(\"{where}/{export['model_file']}\")` with the "
                 "tokenizer of this directory (inputs: input_ids, attention_mask[, token_type_ids])."]
+    if export.get("format") == "sentence_transformers":  # kotune/embeddings/export.py
+        return ["```python", "from sentence_transformers import SentenceTransformer", "",
+                f"embeddings = SentenceTransformer(\"{where}\").encode([\"문장 하나\", \"문장 둘\"])", "```",
+                f"{export.get('dim')}-dimensional vectors: layers {export.get('layers')}, {export.get('pooling')} pooling "
+                "(in 1_Pooling/config.json and the modules before it)."]
     if export.get("pipeline"):
         return ["```python", "import transformers",
                 f"pipe = transformers.pipeline(\"{export['pipeline']}\", model=\"{where}\")", "```"]
@@ -90,7 +95,9 @@ def card_text(export: dict, meta: dict, head: str, results: dict | None, command
     split = data.get("validation") or {}
     dataset = split.get("hub") or os.path.basename(str(split.get("file") or "validation"))
     card = ModelCardData(
-        language="ko", license=license_id, library_name="onnx" if onnx else "transformers",
+        language="ko", license=license_id,
+        library_name="onnx" if onnx else "sentence-transformers" if export.get("format") == "sentence_transformers"
+        else "transformers",
         tags=["kotune", task, head, *(["onnx"] if onnx else []), *(["int8"] if export.get("model_file") == "model_int8.onnx" else [])],
         base_model=base, datasets=datasets or None, metrics=sorted(metrics) or None, pipeline_tag=pipeline_tag(head),
         model_name=name, eval_results=[

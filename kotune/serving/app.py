@@ -240,8 +240,9 @@ def create_app(predictor, batcher: Batcher, max_items: int, max_body_bytes: int,
         return await answer(request, predictor, batcher, max_items, max_text_chars, echo)
 
     predict.__annotations__.update(request=Request, echo=bool)  # the body is read and checked in answer(), by hand
-    app.post("/predict", openapi_extra={"requestBody": {"required": True, "content": {
-        "application/json": {"schema": request_model(predictor.fields).model_json_schema()}}}})(predict)
+    for path in predictor.b.task.serve_paths:  # /predict; a bi-encoder's /embed too (Task.serve_paths)
+        app.post(path, openapi_extra={"requestBody": {"required": True, "content": {
+            "application/json": {"schema": request_model(predictor.fields).model_json_schema()}}}})(predict)
 
     return guard(app, max_body_bytes, body_timeout_s, api_key)
 
