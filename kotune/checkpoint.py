@@ -192,4 +192,5 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
         added.append(f"train.max_length={meta['max_length']}")
     if added:
         log(f"checkpoint {path}: {' '.join(added)} (as it was trained)")
-    return added + overrides
+    flags = next((i for i, o in enumerate(overrides) if not o.startswith("-")), len(overrides))
+    return overrides[:flags] + added + overrides[flags:]  # after -m / --multirun: Hydra reads overrides after flags

@@ -90,6 +90,9 @@ class Distillation:
         self.model_dir = checkpoint_model_dir(path)  # nothing saved there: one line
         self.spec = read_spec(path)                  # every key checked; a file that is not as saved: one line
         self.teacher: Encoder = load_checkpoint_side(OmegaConf.merge(cfg, {"checkpoint": path}), None)
+        self.teacher_mode = self.teacher.model.mode
+        if self.teacher.model.lora:  # its adapter merged once: the plain encoder computes its logits and lends layers
+            self.teacher.model.encoder = self.teacher.model.bare_encoder()
         self.layer_map: list[int] | None = None
         self.kind: str | None = None
         self.report: dict = {}
@@ -107,7 +110,7 @@ class Distillation:
             return None
         from heads.model.student import choose_layers, copy_layers, narrow_encoder
 
-        encoder = self.teacher_model.bare_encoder()  # a LoRA teacher: its adapter merged
+        encoder = self.teacher_model.encoder  # a LoRA teacher's with its adapter merged
         depth = int(encoder.config.num_hidden_layers)
         if o.student_hidden is not None:
             keep = o.student_layers if o.student_layers is not None else depth
@@ -205,25 +208,30 @@ class Distillation:
 
         hidden = self.opts.hidden_weight > 0
         return DistillLoss(self.kind, self.opts.temperature, self.opts.alpha, self.opts.hidden_weight,
-                           self.teacher_model.bare_encoder() if hidden else None, self.layer_map or [])
+                           self.teacher_model.encoder if hidden else None, self.layer_map or [])
 
     # ---- results.json -------------------------------------------------------------------------
     def results(self, cfg: DictConfig, b: Built, split: str) -> dict:
         """results.json ``distill``: the teacher (path, digest, size, its score on ``split``), the
         student's layer map, the loss settings, the logit cache."""
-        from kotune.predict import BatchPredictor, predict_rows
         from kotune.build import make_collator
+        from kotune.checkpoint_fit import task_for_checkpoint
+        from kotune.predict import BatchPredictor, predict_rows
         from kotune.runtimes import torch_forward
+        from tasks import build_task
 
         teacher = self.teacher_model
         predictor = BatchPredictor(torch_forward(teacher.cpu()), int(cfg.train.eval_batch_size),
                                    make_collator(b.tokenizer, cfg))
-        outputs, speed = predict_rows(predictor, b.task, b.features[split], b.inputs[split], b.splits[split].examples)
+        # decided as the teacher decides (multi-label: its own tuned thresholds), not as the student
+        task = task_for_checkpoint(build_task(cfg.task), teacher.meta | {"head": teacher.head_description()},
+                                   self.opts.teacher)
+        outputs, speed = predict_rows(predictor, task, b.features[split], b.inputs[split], b.splits[split].examples)
         o = self.opts
         return {"teacher": {"path": o.teacher, "model_dir": self.model_dir, "digest": teacher_digest(self.model_dir),
-                            "mode": teacher.mode, "layers": int(teacher.encoder.config.num_hidden_layers),
+                            "mode": self.teacher_mode, "layers": int(teacher.encoder.config.num_hidden_layers),
                             "params": teacher.param_counts()["total_params"],
-                            "metrics": b.task.score(outputs, b.splits[split].examples) if split == "validation" else {},
+                            "metrics": task.score(outputs, b.splits[split].examples) if split == "validation" else {},
                             "eval_samples_per_second": speed.get("eval_samples_per_second")},
                 "student": {"layers": int(b.model.encoder.config.num_hidden_layers),
                             "hidden": int(b.model.encoder.config.hidden_size),

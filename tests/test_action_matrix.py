@@ -83,6 +83,8 @@ CEILINGS = {"ner", "token_cls", "mrc", "korquad", "qa", "dp", "dp_klue", "ner+cr
 # their sample words all start a token, or the decode is per character: every gold label survives
 LOSSLESS = {"token_cls", "dp", "dp_klue", "token_cls+crf+char"}
 KLUE_RECIPE_LORA = ("nli",)
+# action=distill: the heads without soft targets, and documents read as windows (a row of several sequences)
+DISTILL_REFUSED = {"dp": "dependency", "dp_klue": "dependency", "text_pair+windows": "task.long_text=windows"}
 # task=sentence_embedding and its preset: a bi-encoder trained by sentence-transformers' trainer on its
 # losses (kotune/embeddings/): test_a_bi_encoder_answers_every_action_or_refuses_in_one_line tries every
 # action on it, tests/test_sentence_embedding.py checks what each one gives (exports, predictions, serving)
@@ -553,6 +555,26 @@ def test_label_issues_of_a_plain_run_or_checkpoint_refuses_in_one_line(trained):
         res = job([*trained["options"], *TINY, "action=label_issues", given], trained["root"] / "label_issues",
                   trained["cache"])
         assert error in refused_in_one_line(res)
+
+
+def test_distill_makes_a_student_that_is_an_ordinary_run_or_refuses_in_one_line(trained):
+    """action=distill with the plain run as teacher (finetune or LoRA) and one of its two layers as
+    the student: results.json gives the teacher's score on the validation split as the teacher's own
+    run gave it, and eval of the student's checkpoint gives the student's metrics; the heads without
+    soft targets (DP's parser) and documents read as windows (DISTILL_REFUSED) refuse in one line."""
+    root, teacher = trained["root"], trained["root"] / "plain"
+    options = [o for o in trained["options"] if o != "mode=lora"]  # the student trains whole, whatever its teacher
+    res = job([*options, *SMALL, "action=distill", f"distill.teacher={teacher}", "distill.student_layers=1",
+               "train.max_steps=2"], root / "distilled", trained["cache"])
+    if trained["name"] in DISTILL_REFUSED:
+        assert DISTILL_REFUSED[trained["name"]] in refused_in_one_line(res)
+        return
+    ok(res)
+    assert res["distill"]["teacher"]["metrics"] == pytest.approx(trained["plain"]["metrics"])
+    assert res["distill"]["teacher"]["mode"] == trained["mode"] and res["mode"] == "finetune"
+    again = ok(job([*options, *SMALL, "action=eval", f"checkpoint={root / 'distilled'}"],
+                   root / "distilled_eval", trained["cache"]))
+    same(again, res, keys=("metrics",))
 
 
 def test_embed_with_the_checkpoint(trained):

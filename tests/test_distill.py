@@ -262,3 +262,25 @@ def test_token_and_span_students(run_job, tmp_path_factory, cache_dir):
 
 def teacher_labels(run_dir: Path) -> list:
     return json.loads((run_dir / "model" / "kotune.json").read_text(encoding="utf-8"))["meta"]["labels"]
+
+
+def test_a_sweep_searches_the_students_depth_temperature_and_alpha(teacher, tmp_path, cache_dir):
+    import yaml
+
+    from conftest import run_cli
+
+    proc = run_cli(["-m", "hparams_search=distill", f"distill.teacher={teacher['dir']}", "data=sample",
+                    "train.max_steps=2", "train.batch_size=16", "hydra.sweeper.n_trials=2",
+                    "distill.student_layers=choice(1,2)", f"cache_dir={cache_dir}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    best = yaml.safe_load((tmp_path / "sweep" / "best_trial.yaml").read_text(encoding="utf-8"))
+    assert {"distill.student_layers", "distill.temperature", "distill.alpha"} <= set(best["params"])
+    assert best["n_ok_runs"] == 2 and best["main_metric"] == "macro_f1"
+
+
+def test_a_frozen_teacher_lends_its_layers(run_job, tmp_path):
+    frozen = run_job(["task=text_cls", *TINY, "mode=frozen"], "frozen_teacher")
+    assert frozen["status"] == "ok", frozen.get("error")
+    res = distil(run_job, {"dir": tmp_path / "frozen_teacher"}, "distill.student_layers=1", name="from_frozen")
+    assert res["status"] == "ok" and res["mode"] == "finetune" and res["distill"]["teacher"]["mode"] == "frozen"
+    assert res["distill"]["teacher"]["metrics"] == pytest.approx(frozen["metrics"])

@@ -60,7 +60,7 @@ def read_run(path: Path) -> dict | None:
     if missing:
         warn(f"skipping {path}: not a kotune results file (no {', '.join(missing)})")
         return None
-    if data.get("action", "train") not in ("train", "eval"):
+    if data.get("action", "train") not in ("train", "eval", "distill"):  # distill: a student's training run
         return None  # predict / ceiling runs: no model score to rank
     metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}

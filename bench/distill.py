@@ -1,0 +1,151 @@
+"""Does ``action=distill`` make a small student that keeps the teacher's quality, beyond the noise, at
+an acceptable training cost? Hate speech (``--shared``: train.tsv → dev.tsv's 471 comments, the
+``hate`` column); the teacher is the mini pretrained encoder of bench/pretrain_gain.py
+(``--model-dir``) fine-tuned on it, one teacher per seed. Per seed and per student depth K (half and
+a third of the teacher's layers, ``--ks``; the mini encoder has 2 layers, so K = 1 only):
+
+* distilled: ``action=distill distill.student_layers=K`` (the teacher's layers spread, its head,
+  ``--temperature``, ``--alpha``), the teacher's logits computed once and cached;
+* no teacher: the same student, the same init and steps, ``distill.alpha=0`` (the task's loss only);
+* alone: K layers of the pretrained encoder (not the fine-tuned teacher's) fine-tuned as any run:
+  the student a user would train without kotune's distillation, and the wall-time baseline;
+* with ``--unlabeled``: distilled with ``--unlabeled-ratio`` × the labelled rows of the shared
+  unlabelled news comments (data/corpus/news-comments.txt) labelled by the teacher.
+
+Per comparison the paired difference over seeds, its mean and paired SE sd(d)/√n; "shown" only
+where |mean| > 2 SE. The student's share of the teacher's score (target ≥ 97 %), and the wall time of
+a distillation (its teacher's logits computed, cache miss) over the alone run's (target ≤ 1.3×).
+
+    python -m bench.distill --model-dir DIR                 # 3 seeds, 400 steps
+    python -m bench.distill --model-dir DIR --seeds 1,2,3,4,5 --unlabeled
+    python -m bench.distill --smoke --model-dir DIR         # tiny settings, every step (tests/test_bench_smoke.py)
+
+Prints the table and ``RESULT distill k=… share=… gain_vs_no_teacher=…±… wall_ratio=…``; every job is
+an in-process ``kotune.job.execute`` (what the CLI runs), reused when its run directory already
+holds an ok result of the same config.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from bench.hate_speech import SMOKE, SMOKE_DATA, fine_tuning_options, hate_speech, model_overrides  # noqa: E402
+from bench.jobs import job  # noqa: E402
+from bench.stats import difference, spread  # noqa: E402
+
+
+def options() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    fine_tuning_options(p, "1,2,3", "kotune_distill")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--ks", default=None, help="student depths (default: half and a third of the teacher's layers)")
+    p.add_argument("--temperature", type=float, default=2.0)
+    p.add_argument("--alpha", type=float, default=0.5)
+    p.add_argument("--unlabeled", action="store_true", help="also distil with the unlabelled news comments")
+    p.add_argument("--unlabeled-ratio", type=float, default=1.0)
+    from bench.common import parse_with_smoke
+
+    a = parse_with_smoke(p, {"steps": SMOKE["steps"], "batch": SMOKE["batch"], "max_length": SMOKE["max_length"],
+                             "seeds": SMOKE["seeds"], "unlabeled": True, "unlabeled_ratio": 0.1,
+                             "out": os.path.join(tempfile.gettempdir(), "kotune_distill_smoke")})
+    if not a.model_dir:
+        raise SystemExit("--model-dir DIR is needed (the mini encoder: python -m bench.pretrain_gain --only-pretrain)")
+    return a
+
+
+def depths(a, teacher_layers: int) -> list[int]:
+    if a.ks:
+        return [int(k) for k in a.ks.split(",")]
+    return sorted({max(1, round(teacher_layers / 2)), max(1, round(teacher_layers / 3))}, reverse=True)
+
+
+def main() -> None:
+    a = options()
+    data_dir = hate_speech(a)
+    data = ["task=text_cls", f"data.train_file={data_dir}/train.tsv", f"data.validation_file={data_dir}/dev.tsv",
+            "data.text_column=comments", "data.label_column=hate", "data.format=tsv", *(SMOKE_DATA if a.smoke else [])]
+    recipe = [f"train.learning_rate={a.lr}", f"train.max_steps={a.steps}", f"train.batch_size={a.batch}",
+              f"train.max_length={a.max_length}", "train.warmup_ratio=0.1", f"cache_dir={a.cache_dir}"]
+    corpus = os.path.join(a.shared, "data", "corpus", "news-comments.txt")
+    with open(os.path.join(a.model_dir, "config.json"), encoding="utf-8") as f:
+        teacher_layers = int(json.load(f)["num_hidden_layers"])
+    ks = depths(a, teacher_layers)
+    seeds = [int(s) for s in a.seeds.split(",")]
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}; "
+          f"teacher {teacher_layers} layers, students K = {ks}", flush=True)
+    started = time.time()
+    rows: dict[str, list[dict]] = {}
+    for seed in seeds:
+        out = os.path.join(a.out, f"s{seed}")
+        teacher_dir = os.path.join(out, "teacher")
+        teacher = job([*data, *model_overrides("mini", a.model_dir, a.cache_dir), *recipe, f"train.seed={seed}"],
+                      teacher_dir)
+        rows.setdefault("teacher", []).append(teacher)
+        distil = ["action=distill", f"distill.teacher={teacher_dir}", *data,
+                  *model_overrides("mini", a.model_dir, a.cache_dir), *recipe, f"train.seed={seed}",
+                  f"distill.temperature={a.temperature}", "save_model=false"]
+        for k in ks:
+            arms = {"distilled": [f"distill.alpha={a.alpha}"], "no teacher": ["distill.alpha=0"]}
+            if a.unlabeled:
+                arms["distilled + unlabelled"] = [f"distill.alpha={a.alpha}", f"distill.unlabeled_file={corpus}",
+                                                  f"distill.unlabeled_ratio={a.unlabeled_ratio}"]
+            for arm, extra in arms.items():
+                res = job([*distil, f"distill.student_layers={k}", *extra],
+                          os.path.join(out, f"k{k}_{arm.replace(' ', '_').replace('+', 'and')}"))
+                rows.setdefault(f"K={k} {arm}", []).append(res)
+            alone = job([*data, *model_overrides("mini", a.model_dir, a.cache_dir), *recipe, f"train.seed={seed}",
+                         f"model.config_overrides.num_hidden_layers={k}", "save_model=false"],
+                        os.path.join(out, f"k{k}_alone"))
+            rows.setdefault(f"K={k} alone", []).append(alone)
+        print(f"seed {seed}: " + ", ".join(f"{name} {r[-1]['main_score']:.2f}" for name, r in rows.items()), flush=True)
+    report(a, rows, ks, seeds, teacher_layers, time.time() - started)
+
+
+def report(a, rows: dict[str, list[dict]], ks: list[int], seeds: list[int], teacher_layers: int,
+           wall_s: float) -> None:
+    metric = rows["teacher"][0]["main_metric"]
+    scores = {name: [r["main_score"] for r in runs] for name, runs in rows.items()}
+    teacher = scores["teacher"]
+    lines = [f"hate speech dev, {metric} (mean ± sd over {len(seeds)} seeds), {a.steps} steps, lr {a.lr:g}, "
+             f"batch {a.batch}, T {a.temperature:g}, alpha {a.alpha:g}", "",
+             "| model | layers | params | score | share of teacher | vs no teacher ± SE | vs alone ± SE | train wall s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |",
+             f"| teacher | {teacher_layers} | {rows['teacher'][0]['total_params']:,} | "
+             f"{spread(teacher)} | 100 % | | | {statistics.mean(r['runtime_s'] for r in rows['teacher']):.0f} |"]
+    summary = []
+    for k in ks:
+        for arm in [n for n in scores if n.startswith(f"K={k} ")]:
+            runs = rows[arm]
+            share = 100 * statistics.mean(scores[arm]) / statistics.mean(teacher)
+            vs = {base: difference(scores[arm], scores[f"K={k} {base}"]) for base in ("no teacher", "alone")
+                  if arm != f"K={k} {base}"}
+            cells = [f"{d['mean']:+.2f} ± {d['se']:.2f} ({'shown' if d['shown'] else 'not shown'})" if d else ""
+                     for d in (vs.get("no teacher"), vs.get("alone"))]
+            lines.append(f"| {arm} | {k} | {runs[0]['total_params']:,} | {spread(scores[arm])} | {share:.1f} % | "
+                         f"{cells[0]} | {cells[1]} | {statistics.mean(r['runtime_s'] for r in runs):.0f} |")
+        distilled, alone = rows[f"K={k} distilled"], rows[f"K={k} alone"]
+        ratio = statistics.mean(d["runtime_s"] / s["runtime_s"] for d, s in zip(distilled, alone))
+        gain = difference(scores[f"K={k} distilled"], scores[f"K={k} no teacher"])
+        share = 100 * statistics.mean(scores[f"K={k} distilled"]) / statistics.mean(teacher)
+        summary.append(f"k={k} share={share:.1f} gain_vs_no_teacher={gain['mean']:+.2f}±{gain['se']:.2f} "
+                       f"shown={gain['shown']} wall_ratio={ratio:.2f}")
+        cache = "/".join(sorted({d["distill"]["cache"]["splits"]["train"]["status"] for d in distilled}))
+        lines.append(f"| wall time, K={k}: distillation (teacher logits: {cache}) / alone | | | | | | | {ratio:.2f}× |")
+    print("\n".join(lines))
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "distill.json"), "w", encoding="utf-8") as fh:
+        json.dump({"args": vars(a), "scores": scores,
+                   "runtime_s": {n: [r["runtime_s"] for r in runs] for n, runs in rows.items()}}, fh, indent=1)
+    print(f"RESULT distill {' '.join(summary)} seeds={len(seeds)} wall_s={wall_s:.0f}")
+
+
+if __name__ == "__main__":
+    main()
