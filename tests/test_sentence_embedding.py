@@ -14,27 +14,10 @@ import pytest
 import torch
 
 from conftest import ROOT, compose, shared_path
+from test_action_matrix import job, ok, refused_in_one_line as refused
 
 TINY = ["task=sentence_embedding", "model=tiny", "data=sample", "train.batch_size=16", "train.logging_steps=1"]
 TEXTS = ["서울에서 회의가 열렸다.", "오늘 날씨가 맑다.", "내일은 비가 온다고 한다 그래서 우산을 챙겼다.", "짧다"]
-
-
-def job(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
-
-    quiet_libraries()
-    return execute(compose(overrides + [f"cache_dir={cache_dir}"]), str(run_dir))
-
-
-def ok(res: dict) -> dict:
-    assert res["status"] == "ok", res.get("error")
-    return res
-
-
-def refused(res: dict) -> str:
-    assert res["status"] == "failed" and "traceback" not in res and "\n" not in res["error"], res
-    return res["error"]
 
 
 def random_bert(tmp_path: Path, layers: int = 4):
@@ -185,6 +168,10 @@ def test_the_onnx_export_gives_kotunes_embeddings_and_int8_is_close(trained):
         session = ort.InferenceSession(str(folder / name), providers=["CPUExecutionProvider"])
         out[name] = session.run(None, {i.name: batch[i.name].astype(np.int64) for i in session.get_inputs()})[0]
     assert np.allclose(out["model.onnx"], trained["vectors"], atol=1e-4)
+    import kotune  # the export behind kotune.load (and action=serve): the same vectors
+
+    answers = kotune.load(folder, "onnx.file=model.onnx")(TEXTS)
+    assert np.allclose([r["embedding"] for r in answers], trained["vectors"], atol=1e-4)
     cosines = (out["model_int8.onnx"] * trained["vectors"]).sum(1) / np.linalg.norm(out["model_int8.onnx"], axis=1) \
         / np.linalg.norm(trained["vectors"], axis=1)
     assert cosines.min() > 0.99

@@ -59,8 +59,7 @@ def export_onnx(cfg: DictConfig, run_dir: str) -> dict:
             files.append(INT8_FILE)
         spec = {"format": "onnx", "head": model.head_kind, "meta": model.meta, "inputs": list(inputs),
                 "outputs": ["sentence_embedding"], "files": files, "model_file": files[-1], "opset": opset,
-                "exporter": "torch.onnx (dynamo)", "native_class": "bi-encoder graph", "manifest": MANIFEST,
-                "layers": model.mixer.spec.describe(), "pooling": model.head.pooling}
+                "exporter": "torch.onnx (dynamo)", "native_class": "BiEncoderGraph", "manifest": MANIFEST}
         write_json_atomic(os.path.join(staging, EXPORT_FILE), spec)
     return {"export_dir": out_dir, "format": "onnx", "onnx_files": files, "model_file": files[-1], "opset": opset,
             "native_class": spec["native_class"], "checkpoint": cfg.checkpoint, "metrics": {}}
