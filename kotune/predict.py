@@ -31,7 +31,7 @@ REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "n_select", "
                "checkpoint", "onnx_file", "resumed_from", "best_step", "selected_on", "metrics_last", "early_stopping",
                "pruned",
                "class_weights",
-               "calibration", "distill",
+               "calibration", "distill", "setfit",
                "decision", "abstention", "predictions_file", "metrics", "data")
 
 
@@ -97,7 +97,6 @@ def predict_logits(predictor, features, inputs) -> tuple[Any, dict]:
     order = length_order(features)  # inputs holds the same rows
     out = predictor.predict(in_order(inputs, order))
     return restore_order(out.predictions, order), {"eval_samples_per_second": out.metrics.get("test_samples_per_second")}
-
 
 
 def predict(trainer, b: Built, split: str) -> tuple[list, dict]:

@@ -15,6 +15,7 @@ from kotune.core.errors import ConfigError, DataError
 from kotune.core.files import sha256_of
 from kotune.core.log import log
 from tasks.base import DATA_COLUMNS, Task, column_settings
+from tasks.few_shot import check_examples_per_class, sample_note, sample_per_class
 from tasks.folds import assign_folds, fold_selection, fold_settings, fold_stratum
 from tasks.io import ReadOptions, load_hub_split
 
@@ -97,6 +98,8 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int,
                                    data.get("hub_validation_split", "validation"))
     if "train" in out and data.get("exclude_ids"):
         _exclude_ids(out, str(data.exclude_ids))
+    if "train" in out and check_examples_per_class(data.get("examples_per_class")):
+        _few_shot(out, int(data.examples_per_class), seed, task.name)
     _cut_to_limits(out, data)
     if "train" in out and task.tune_fraction:  # out of training, never the validation split's
         out["train"], out["tune"] = _holdout(out["train"], task.tune_fraction, seed, task.split_group,
@@ -246,6 +249,14 @@ def _exclude_ids(out: dict[str, Split], path: str) -> None:
     log(f"data.exclude_ids: {removed} of {len(train.examples)} training rows left out ({path}; "
         f"{len(ids) - removed} listed ids are outside the training split)" if removed < len(ids) else
         f"data.exclude_ids: {removed} of {len(train.examples)} training rows left out ({path})")
+
+
+def _few_shot(out: dict[str, Split], n: int, seed: int, task_name: str) -> None:
+    """``data.examples_per_class=N``: the training split becomes a seeded sample of N rows per class."""
+    train = out["train"]
+    kept, counts = sample_per_class(train.examples, n, seed, task_name)
+    log(sample_note(n, counts, len(train.examples)))
+    out["train"] = Split(kept, dict(train.source, examples_per_class={"n": n, "seed": seed, "rows": counts}))
 
 
 def _cut_to_limits(out: dict[str, Split], data: DictConfig) -> None:

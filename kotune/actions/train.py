@@ -34,6 +34,11 @@ def run(cfg: DictConfig, run_dir: str, distillation=None) -> dict:
     """``distillation`` (kotune/distill.py, action=distill): the student's encoder, the teacher's
     cached logits on the training rows and the distillation loss; the rest is this training run."""
     selection = selected_on(cfg)
+    if cfg.mode.get("setfit"):  # a task it cannot train: one line before anything is read or built
+        from kotune import setfit
+        from tasks import build_task
+
+        setfit.check(cfg, build_task(cfg.task))
     need = ("train", "validation", "select") if selection == SELECTIONS["inner"] else ("train", "validation")
     with local_rank_zero_first():
         b = build(cfg, need + (("calibrate",) if calibration.method(cfg) else ()),
@@ -51,6 +56,7 @@ def run(cfg: DictConfig, run_dir: str, distillation=None) -> dict:
     trainer_class = None
     if distillation:
         from kotune.distill_trainer import DistillTrainer as trainer_class
+    contrastive = setfit.train_body(cfg, b) if cfg.mode.get("setfit") else None  # mode=setfit's first stage
     trainer = make_trainer(cfg, b, run_dir, fit_decision=lambda t: fit_decision(t, b), trainer_class=trainer_class)
     if distillation:
         trainer.use(distillation.loss())
@@ -75,7 +81,7 @@ def run(cfg: DictConfig, run_dir: str, distillation=None) -> dict:
                      train_samples_per_second=train_metrics.get("train_samples_per_second"),
                      head_train_s=train_metrics.get("train_runtime"),
                      resumed_from=resumed_from, early_stopping=early_stopping.report(trainer, cfg),
-                     pruned=pruning.report(trainer), selected_on=selection, calibration=calibrated,
+                     pruned=pruning.report(trainer), selected_on=selection, calibration=calibrated, setfit=contrastive,
                      distill=distillation.results(cfg, b, "validation") if distillation else None, **best)
     if res["pruned"]:
         log(f"pruned at evaluation {res['pruned']['evaluation']} (step {res['pruned']['step']} of "
