@@ -94,6 +94,11 @@ def test_setfit_pulls_classes_apart_then_trains_the_head_on_the_fixed_encoder(ru
     assert evaluated["status"] == "ok" and evaluated["metrics"] == pytest.approx(setfit["metrics"])
     records = [json.loads(line) for line in (tmp_path / "setfit" / "predictions.jsonl").read_text().splitlines()]
     assert len(records) == 20 and all("probabilities" in r for r in records)
+    # serve's predictor (kotune.load) answers from the run directory as predict did
+    from kotune.api import load
+
+    served = load(tmp_path / "setfit")([records[0]["text"]])
+    assert served[0]["probabilities"] == records[0]["probabilities"]
     # mean pooling has no native class: export says so in one line (serve and predict read the run)
     exported = run_job(["action=export", f"checkpoint={tmp_path / 'setfit'}"], "export")
     assert exported["status"] == "failed" and "mode.pooling=mean" in exported["error"]
