@@ -69,6 +69,7 @@ def train_body(cfg: DictConfig, b) -> dict:
                              body_learning_rate=float(m.body_learning_rate), seed=int(cfg.train.seed),
                              report_to="none", save_strategy="no", show_progress_bar=False)
     trainer = Trainer(model=SetFitModel(model_body=body), args=args)
+    quiet(trainer.st_trainer)
     log(f"mode=setfit: the contrastive stage on {len(examples)} rows ({m.pairs_per_example} × 2 pairs each, "
         f"setfit {setfit.__version__})")
     encoder.requires_grad_(True)
@@ -85,3 +86,16 @@ def train_body(cfg: DictConfig, b) -> dict:
               "steps": int(state.global_step), "loss": loss, "seconds": round(time.time() - started, 2)}
     log(f"mode=setfit: {report['pairs']} pairs, {report['steps']} steps, loss {loss}")
     return report
+
+
+def quiet(st_trainer) -> None:
+    """sentence-transformers' trainer as kotune's runs its own: progress bars only where kotune shows them,
+    no pinned memory without a GPU (a warning per epoch)."""
+    import torch
+    from transformers.trainer_callback import ProgressCallback
+
+    from kotune.training_args import progress_bars_off
+
+    if progress_bars_off():
+        st_trainer.pop_callback(ProgressCallback)
+    st_trainer.args.dataloader_pin_memory = torch.cuda.is_available()

@@ -13,6 +13,11 @@ from kotune.runtime import cpu_only, dataloader_workers
 from kotune.core.errors import ConfigError
 
 
+def progress_bars_off() -> bool:
+    """No progress bars where stderr is not a terminal and ``KOTUNE_PROGRESS=0`` (tests, benches, logs)."""
+    return not sys.stderr.isatty() and os.environ.get("KOTUNE_PROGRESS", "1") == "0"
+
+
 def loggers(cfg: DictConfig) -> list[str]:
     """``train.report_to``: the Trainer integrations to log to (``none``: none)."""
     value = cfg.train.get("report_to") or "none"
@@ -91,5 +96,5 @@ def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do
         dataloader_persistent_workers=workers > 0,  # not re-forked for every evaluation
         dataloader_pin_memory=cuda,
         ddp_find_unused_parameters=bool(cfg.mode.frozen) or None,
-        disable_tqdm=not sys.stderr.isatty() and os.environ.get("KOTUNE_PROGRESS", "1") == "0",
+        disable_tqdm=progress_bars_off(),
     )
