@@ -12,6 +12,7 @@ in kotune/embeddings/onnx.py:
 Both directories appear whole or not at all (kotune/core/atomic_dir.py)."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 from kotune.core.backends import Exporter
@@ -55,8 +56,32 @@ class SentenceTransformersExporter(Exporter):
                "dim": int(st.get_sentence_embedding_dimension()), "input_note": None}
         with written_whole(out_dir, "st-export") as staging:
             st.save(staging, create_model_card=False)
+            add_unused_pooler(model, staging)
             finish(res, staging)
         return res
 
     def usage(self, res: dict, out_dir: str) -> str:
         return f"sentence_transformers.SentenceTransformer('{out_dir}').encode(texts)"
+
+
+def add_unused_pooler(model, folder: str) -> None:
+    """BERT and RoBERTa build a pooler when loaded; kotune's encoder has none (its heads pool). Its
+    weights go into the export (the checkpoint's own pooler where kotune kept it, else zeros), so that
+    ``SentenceTransformer(folder)`` loads without a report of missing weights; the pooler's output is
+    never read (Pooling reads the token states)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from heads.model.encoder import no_pooler
+
+    path = os.path.join(folder, "model.safetensors")
+    if not no_pooler(model.encoder.config) or not os.path.exists(path):
+        return
+    weights = load_file(path)
+    if "pooler.dense.weight" in weights:
+        return
+    hidden = int(model.encoder.config.hidden_size)
+    kept = model.pooler_state or {}
+    weights["pooler.dense.weight"] = kept.get("weight", torch.zeros(hidden, hidden)).contiguous()
+    weights["pooler.dense.bias"] = kept.get("bias", torch.zeros(hidden)).contiguous()
+    save_file(weights, path, metadata={"format": "pt"})

@@ -16,6 +16,8 @@ from kotune.core.log import log
 
 def check_model(model) -> None:
     """A bi-encoder trains its encoder: frozen mode would train nothing, LoRA is not wired to its trainer."""
+    if getattr(model, "runtime", "torch") != "torch":  # an ONNX export: nothing to train, read as it is
+        return
     if model.frozen:
         raise ConfigError("mode=frozen: a bi-encoder's only weights are its encoder's, which frozen mode does not "
                           "train (compare frozen features with action=embed, or bench/embeddings.py)")
@@ -28,8 +30,31 @@ def embed_features(model, features, batch_size: int) -> tuple[np.ndarray, float]
     from heads.model.embed import pooled_vectors
 
     started = time.time()
-    vectors = pooled_vectors(model.encoder, model.mixer, features, model.head.pooling, batch_size=batch_size)
+    if getattr(model, "runtime", "torch") == "onnxruntime":  # an ONNX export (kotune/embeddings/onnx.py)
+        vectors = onnx_vectors(model, features, batch_size)
+    else:
+        vectors = pooled_vectors(model.encoder, model.mixer, features, model.head.pooling, batch_size=batch_size)
     return vectors, round(len(features) / max(time.time() - started, 1e-9), 2)
+
+
+def onnx_vectors(model, features, batch_size: int) -> np.ndarray:
+    """An ONNX export's ``sentence_embedding`` of each row, in the same length-sorted batches."""
+    import torch
+
+    from heads.model.feature_cache import iter_states
+
+    def run(ids, mask, token_types):
+        batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": token_types}
+        return torch.from_numpy(np.asarray(model({k: v for k, v in batch.items() if v is not None})))
+
+    out: np.ndarray | None = None
+    # padding is masked out of every real token's state and of the pooling: any id serves
+    for rows, batch in iter_states(run, features, pad_token_id=0,
+                                   batch_size=batch_size, device=torch.device("cpu"), what="embedding"):
+        if out is None:
+            out = np.zeros((len(features), batch.shape[-1]), dtype=np.float32)
+        out[rows] = batch.numpy()
+    return out
 
 
 def score_split(b, split: str, batch_size: int) -> tuple[dict, dict]:
@@ -54,12 +79,12 @@ def report(cfg: DictConfig, b, metrics: dict, speed: dict, **extra) -> dict:
 
 
 def evaluate(cfg: DictConfig, run_dir: str) -> dict:
-    """``action=eval checkpoint=RUN``: the validation split's metrics."""
+    """``action=eval checkpoint=RUN``: the validation split's metrics (RUN: a run, or its ONNX export)."""
     from kotune.build import build
 
     if not cfg.get("checkpoint"):
         raise ConfigError("action=eval needs checkpoint=RUN_DIR (a directory written by action=train)")
-    b = build(cfg, ("validation",))
+    b = build(cfg, ("validation",), onnx=True)
     b.task.check_main_metric(b.splits["validation"].examples, b.splits["validation"].where)
     metrics, speed = score_split(b, "validation", int(cfg.train.eval_batch_size))
     return report(cfg, b, metrics, speed)
@@ -71,7 +96,7 @@ def predict(cfg: DictConfig, run_dir: str) -> dict:
     from kotune.build import build
     if not cfg.get("checkpoint"):
         raise ConfigError("action=predict needs checkpoint=RUN_DIR (a directory written by action=train)")
-    b = build(cfg, ("predict",))
+    b = build(cfg, ("predict",), onnx=True)
     examples = b.splits["predict"].examples
     vectors, rate = embed_features(b.model, b.features["predict"], int(cfg.train.eval_batch_size))
     if "text" not in examples[0]:
