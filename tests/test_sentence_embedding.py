@@ -327,3 +327,30 @@ def test_the_two_stage_preset_on_korean_data(tmp_path, cache_dir):
                  tmp_path / "kor", cache_dir))
     assert [s["shape"] for s in res["stages"]] == ["nli", "scored"] and res["n_eval"] == 519
     assert -100 <= res["metrics"]["spearman"] <= 100
+
+
+def test_a_layer_choice_and_pooling_travel_into_every_export(tmp_path, cache_dir):
+    """mode.layers=last4_mean mode.pooling=cls on a 4-layer encoder: action=embed, the
+    sentence-transformers export (WeightedLayerPooling + Pooling configs) and the ONNX export agree."""
+    import onnxruntime as ort
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    four = [*TINY, "model.config_overrides.num_hidden_layers=4", "mode.layers=last4_mean", "mode.pooling=cls"]
+    ok(job([*four, "train.max_steps=2"], tmp_path / "train", cache_dir))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    embedded = ok(job([*TINY, "action=embed", f"checkpoint={tmp_path / 'train'}", f"embed.input={texts}"],
+                      tmp_path / "embed", cache_dir))
+    assert (embedded["layers"], embedded["pooling"]) == ("last4_mean", "cls")
+    vectors = np.load(embedded["embeddings_file"])
+    st = ok(job([*TINY, "action=export", f"checkpoint={tmp_path / 'train'}", "export.format=sentence_transformers"],
+                tmp_path / "st", cache_dir))
+    assert np.allclose(SentenceTransformer(st["export_dir"], device="cpu").encode(TEXTS), vectors, atol=1e-5)
+    onnx = ok(job([*TINY, "action=export", f"checkpoint={tmp_path / 'train'}", "export.format=onnx"], tmp_path / "onnx",
+                  cache_dir))
+    folder = Path(onnx["export_dir"])
+    batch = AutoTokenizer.from_pretrained(folder)(TEXTS, padding=True, return_tensors="np")
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    out = session.run(None, {i.name: batch[i.name].astype(np.int64) for i in session.get_inputs()})[0]
+    assert np.allclose(out, vectors, atol=1e-4)
