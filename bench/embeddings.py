@@ -48,7 +48,7 @@ def arguments(argv=None):
     p.add_argument("--model-dir", help="the mini pretrained encoder (bench/pretrain_gain.py --only-pretrain's model/)")
     p.add_argument("--shared", default=os.path.join(os.path.dirname(ROOT), "shared"), help="the ../shared folder")
     p.add_argument("--seeds", default="1,2,3")
-    p.add_argument("--lr", type=float, default=2e-4, help="both twins' learning rate (both stages)")
+    p.add_argument("--lr", type=float, default=1e-3, help="both twins' learning rate (both stages; 2e-4 left both undertrained)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--max-length", type=int, default=64)
     p.add_argument("--steps", type=int, default=0, help=">0: this many steps per stage (else one epoch each)")
