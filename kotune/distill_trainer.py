@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from heads.distill_loss import hidden_state_sum, soft_target_count, soft_target_sum
+from heads.model.feature_cache import CachedInputs, row_lengths
 from heads.model.student import layer_stack
 from heads.model.teacher_cache import COLUMN
 from kotune.trainer import KotuneTrainer
@@ -50,6 +51,17 @@ class DistillTrainer(KotuneTrainer):
 
             for layer in layer_stack(self.model.encoder):
                 layer.register_forward_hook(keep)
+
+    def _get_train_sampler(self, train_dataset=None):
+        """Length-grouped batches from the rows' token counts, read at once (Trainer would read every
+        row of a dataset that is not a ``datasets.Dataset`` to learn them)."""
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        if self.args.train_sampling_strategy != "group_by_length" or not isinstance(dataset, CachedInputs):
+            return super()._get_train_sampler(train_dataset)
+        from transformers.trainer_pt_utils import LengthGroupedSampler
+
+        return LengthGroupedSampler(self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                                    lengths=row_lengths(dataset.features).tolist())
 
     def loss_counts(self, batch: dict) -> torch.Tensor | None:
         task = super().loss_counts(batch)

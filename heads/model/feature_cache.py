@@ -148,11 +148,22 @@ class CachedInputs(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict:
         if not 0 <= i < len(self):
             raise IndexError(i)  # ends iteration by the sequence protocol (Trainer's length sampler)
-        states = self.store.row(int(i))
+        return dict(self.features[int(i)], **{self.key: self.states(int(i))})
+
+    def __getitems__(self, indices: list[int]) -> list[dict]:
+        """A batch's rows (the DataLoader asks for them together): the features read in one call."""
+        if any(not 0 <= i < len(self) for i in indices):
+            raise IndexError(indices)
+        columns = self.features[[int(i) for i in indices]]
+        return [dict({name: values[j] for name, values in columns.items()}, **{self.key: self.states(int(i))})
+                for j, i in enumerate(indices)]
+
+    def states(self, i: int) -> np.ndarray:
+        states = self.store.row(i)
         if self.spec is not None:  # only the chosen states leave the map
             chosen = torch.from_numpy(np.asarray(states[:, list(self.spec.indices)], dtype=np.float32))
             states = self.spec.select(dict(zip(self.spec.indices, chosen.unbind(-2)))).numpy()
-        return dict(self.features[int(i)], **{self.key: states})
+        return states
 
 
 def validate(path: str, key: str, lengths: np.ndarray, shape: tuple[int, int], dtype: str) -> str | None:

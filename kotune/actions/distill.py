@@ -8,7 +8,17 @@ from omegaconf import DictConfig
 
 from kotune.actions import train
 from kotune.distill import Distillation
+from kotune.runtime import cpu_only
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
-    return train.run(cfg, run_dir, distillation=Distillation(cfg))
+    import torch
+
+    # on a CPU, denormal floats in a fine-tuned teacher's weights (and the student's copy of them)
+    # slow its training by a fifth (bench/distill.py); flushed to zero for this run only
+    flushed = cpu_only() and torch.set_flush_denormal(True)
+    try:
+        return train.run(cfg, run_dir, distillation=Distillation(cfg))
+    finally:
+        if flushed:
+            torch.set_flush_denormal(False)
