@@ -49,10 +49,13 @@ def options() -> argparse.Namespace:
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--unlabeled", action="store_true", help="also distil with the unlabelled news comments")
     p.add_argument("--unlabeled-ratio", type=float, default=1.0)
+    p.add_argument("--speed", action="store_true", help="also time a 4-layer int8 student on the BERT-base shape")
+    p.add_argument("--speed-texts", type=int, default=256, help="demo dev texts timed")
     from bench.common import parse_with_smoke
 
     a = parse_with_smoke(p, {"steps": SMOKE["steps"], "batch": SMOKE["batch"], "max_length": SMOKE["max_length"],
-                             "seeds": SMOKE["seeds"], "unlabeled": True, "unlabeled_ratio": 0.1,
+                             "seeds": SMOKE["seeds"], "unlabeled": True, "unlabeled_ratio": 0.1, "speed": True,
+                             "speed_texts": 16,
                              "out": os.path.join(tempfile.gettempdir(), "kotune_distill_smoke")})
     if not a.model_dir:
         raise SystemExit("--model-dir DIR is needed (the mini encoder: python -m bench.pretrain_gain --only-pretrain)")
@@ -107,6 +110,55 @@ def main() -> None:
             rows.setdefault(f"K={k} alone", []).append(alone)
         print(f"seed {seed}: " + ", ".join(f"{name} {r[-1]['main_score']:.2f}" for name, r in rows.items()), flush=True)
     report(a, rows, ks, seeds, teacher_layers, time.time() - started)
+    if a.speed:
+        speed(a)
+
+
+def speed(a) -> None:
+    """Texts per second on the demo dev texts at batch 32, tokenizing included, in this process: the
+    teacher (BERT-base shape, ../shared/vocab/kcbert-base, random weights: speed does not depend on
+    them) through ``transformers.pipeline`` against a 4-layer student distilled from it, exported to
+    int8 ONNX, through action=predict's path (``kotune.predict.predict_rows``). --smoke: the tiny encoder."""
+    import transformers
+
+    from kotune.build import build
+    from kotune.overrides import compose
+    from kotune.predict import predict_rows, predictor_for
+
+    out = os.path.join(a.out, "speed")
+    shape = (["model=tiny"] if a.smoke else
+             ["model=kcbert", f"model.name_or_path={os.path.join(a.shared, 'vocab', 'kcbert-base')}", "model.init=random"])
+    demo = ["task=text_cls", "data=demo", f"cache_dir={a.cache_dir}", "data.max_train_samples=64", "save_predictions=false"]
+    brief = ["train.max_steps=1", "train.batch_size=8"]
+    job([*demo, *shape, *brief], os.path.join(out, "teacher"))
+    keep = 1 if a.smoke else 4
+    job(["action=distill", f"distill.teacher={os.path.join(out, 'teacher')}", f"distill.student_layers={keep}", *demo,
+         *shape, *brief], os.path.join(out, "student"))
+    native = job([*demo, *shape, "action=export", f"checkpoint={os.path.join(out, 'teacher')}",
+                  "export.overwrite=true"], os.path.join(out, "teacher_export"))["export_dir"]
+    onnx = job([*demo, *shape, "action=export", "export.format=onnx", "export.quantize=int8", "export.overwrite=true",
+                f"checkpoint={os.path.join(out, 'student')}"], os.path.join(out, "student_export"))["export_dir"]
+    cfg = compose([f"checkpoint={onnx}", "data=demo", "train.eval_batch_size=32", "onnx.file=model_int8.onnx",
+                   f"cache_dir={a.cache_dir}"])
+    b = build(cfg, ("validation",), onnx=True)
+    examples = b.splits["validation"].examples[: a.speed_texts]
+    texts = [e["text"] for e in examples]
+    pipe = transformers.pipeline("text-classification", model=native, device="cpu")
+    pipe(texts[:8], batch_size=8, truncation=True)  # warm-up, as for the student
+    started = time.perf_counter()
+    pipe(texts, batch_size=32, truncation=True)
+    teacher_rate = len(texts) / (time.perf_counter() - started)
+    predictor = predictor_for(cfg, b, os.path.join(out, "predict"))
+    warm = b.task.encode(examples[:8], b.tokenizer, b.settings)
+    predict_rows(predictor, b.task, warm, warm.select_columns(b.task.model_columns(warm)), examples[:8])
+    started = time.perf_counter()
+    features = b.task.encode(examples, b.tokenizer, b.settings)
+    predict_rows(predictor, b.task, features, features.select_columns(b.task.model_columns(features)), examples)
+    student_rate = len(texts) / (time.perf_counter() - started)
+    print(f"speed ({len(texts)} demo texts, batch 32, {os.cpu_count()} cores): teacher ({'tiny' if a.smoke else 'BERT-base'}"
+          f" shape) through transformers.pipeline {teacher_rate:.1f} texts/s; {keep}-layer student int8 ONNX through "
+          f"action=predict {student_rate:.1f} texts/s: {student_rate / teacher_rate:.2f}x")
+    print(f"RESULT distill_speed student_vs_teacher={student_rate / teacher_rate:.2f} texts={len(texts)}")
 
 
 def report(a, rows: dict[str, list[dict]], ks: list[int], seeds: list[int], teacher_layers: int,
