@@ -49,6 +49,8 @@ def options() -> argparse.Namespace:
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--unlabeled", action="store_true", help="also distil with the unlabelled news comments")
     p.add_argument("--unlabeled-ratio", type=float, default=1.0)
+    p.add_argument("--task", default="hate", choices=("hate", "ner"),
+                   help="hate speech, or KLUE NER dev split in two (bench/pretraining.py's fixed 80/20 split)")
     p.add_argument("--speed", action="store_true", help="also time a 4-layer int8 student on the BERT-base shape")
     p.add_argument("--speed-texts", type=int, default=256, help="demo dev texts timed")
     from bench.common import parse_with_smoke
@@ -70,9 +72,16 @@ def depths(a, teacher_layers: int) -> list[int]:
 
 def main() -> None:
     a = options()
-    data_dir = hate_speech(a)
-    data = ["task=text_cls", f"data.train_file={data_dir}/train.tsv", f"data.validation_file={data_dir}/dev.tsv",
-            "data.text_column=comments", "data.label_column=hate", "data.format=tsv", *(SMOKE_DATA if a.smoke else [])]
+    if a.task == "ner":  # the pretraining benches' fixed split of KLUE NER dev (entity F1)
+        from bench.pretraining import fixed_splits, task_data
+
+        train, evaluation = task_data("ner", fixed_splits(a.cache_dir, 0.2, seed=0))
+        data = [*train, *evaluation, *(SMOKE_DATA if a.smoke else [])]
+        a.unlabeled = False  # unlabelled text is read for single-text classification
+    else:
+        data_dir = hate_speech(a)
+        data = ["task=text_cls", f"data.train_file={data_dir}/train.tsv", f"data.validation_file={data_dir}/dev.tsv",
+                "data.text_column=comments", "data.label_column=hate", "data.format=tsv", *(SMOKE_DATA if a.smoke else [])]
     recipe = [f"train.learning_rate={a.lr}", f"train.max_steps={a.steps}", f"train.batch_size={a.batch}",
               f"train.max_length={a.max_length}", "train.warmup_ratio=0.1", f"cache_dir={a.cache_dir}"]
     corpus = os.path.join(a.shared, "data", "corpus", "news-comments.txt")
@@ -161,12 +170,17 @@ def speed(a) -> None:
     print(f"RESULT distill_speed student_vs_teacher={student_rate / teacher_rate:.2f} texts={len(texts)}")
 
 
+def percent_of(scores: list[float], teacher: list[float]) -> float:
+    """The mean score as a percentage of the teacher's mean (NaN where the teacher scores 0)."""
+    return 100 * statistics.mean(scores) / statistics.mean(teacher) if statistics.mean(teacher) else float("nan")
+
+
 def report(a, rows: dict[str, list[dict]], ks: list[int], seeds: list[int], teacher_layers: int,
            wall_s: float) -> None:
     metric = rows["teacher"][0]["main_metric"]
     scores = {name: [r["main_score"] for r in runs] for name, runs in rows.items()}
     teacher = scores["teacher"]
-    lines = [f"hate speech dev, {metric} (mean ± sd over {len(seeds)} seeds), {a.steps} steps, lr {a.lr:g}, "
+    lines = [f"{'KLUE NER (20 % of dev held out)' if a.task == 'ner' else 'hate speech dev'}, {metric} (mean ± sd over {len(seeds)} seeds), {a.steps} steps, lr {a.lr:g}, "
              f"batch {a.batch}, T {a.temperature:g}, alpha {a.alpha:g}", "",
              "| model | layers | params | score | share of teacher | vs no teacher ± SE | vs alone ± SE | train wall s |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -176,7 +190,7 @@ def report(a, rows: dict[str, list[dict]], ks: list[int], seeds: list[int], teac
     for k in ks:
         for arm in [n for n in scores if n.startswith(f"K={k} ")]:
             runs = rows[arm]
-            share = 100 * statistics.mean(scores[arm]) / statistics.mean(teacher)
+            share = percent_of(scores[arm], teacher)
             vs = {base: difference(scores[arm], scores[f"K={k} {base}"]) for base in ("no teacher", "alone")
                   if arm != f"K={k} {base}"}
             cells = [f"{d['mean']:+.2f} ± {d['se']:.2f} ({'shown' if d['shown'] else 'not shown'})" if d else ""
@@ -190,7 +204,7 @@ def report(a, rows: dict[str, list[dict]], ks: list[int], seeds: list[int], teac
                                for d, s in zip(distilled, alone))
         logits_s = statistics.mean(d["distill"]["cache"]["seconds"] for d in distilled)
         gain = difference(scores[f"K={k} distilled"], scores[f"K={k} no teacher"])
-        share = 100 * statistics.mean(scores[f"K={k} distilled"]) / statistics.mean(teacher)
+        share = percent_of(scores[f"K={k} distilled"], teacher)
         summary.append(f"k={k} share={share:.1f} gain_vs_no_teacher={gain['mean']:+.2f}±{gain['se']:.2f} "
                        f"shown={gain['shown']} wall_ratio={ratio:.2f} loop_ratio={loop:.2f}")
         cache = "/".join(sorted({d["distill"]["cache"]["splits"]["train"]["status"] for d in distilled}))
