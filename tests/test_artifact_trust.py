@@ -131,7 +131,7 @@ def test_the_model_name_and_the_mode_are_checked_too(trained, tmp_path):
     spec["meta"]["model"], spec["mode"] = "tiny", task
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
     line = refused(["action=eval", f"checkpoint={ck}", "data=sample"], tmp_path, markers)
-    assert f"model/kotune.json: mode={shown(task)} is not a kotune mode (known: finetune, frozen, lora)" in line, line
+    assert f"model/kotune.json: mode={shown(task)} is not a kotune mode (known: finetune, frozen, lora, setfit)" in line, line
 
 
 def minimal_checkpoint(tmp_path: Path, task_options: dict, task: str = "token_cls", **spec) -> Path:

@@ -58,7 +58,7 @@ def test_kotune_registers_its_formats_and_runtimes():
 def test_an_unknown_format_and_an_option_of_another_format_are_one_line():
     from kotune.actions.export import run
 
-    with pytest.raises(ConfigError, match=r"^export.format must be one of native, onnx, got 'zip'$"):
+    with pytest.raises(ConfigError, match=r"^export.format must be one of native, onnx, sentence_transformers, got 'zip'$"):
         run(export_cfg(format="zip"), "RUN_DIR")
     with pytest.raises(ConfigError, match=r"^export.quantize=int8 quantizes an ONNX export: add export.format=onnx$"):
         run(export_cfg(quantize="int8"), "RUN_DIR")
@@ -104,7 +104,7 @@ def test_a_plugin_adds_a_format_with_one_class(registered, tmp_path, monkeypatch
     # its option on kotune's own formats: refused in one line naming the format that reads it
     with pytest.raises(ConfigError, match=r"^export.stride=2 sets a plain export's stride: add export.format=plain$"):
         action.run(OmegaConf.merge(cfg, {"export": {"format": "native"}}), str(tmp_path / "job2"))
-    with pytest.raises(ConfigError, match=r"^export.format must be one of native, onnx, plain, got 'zip'$"):
+    with pytest.raises(ConfigError, match=r"^export.format must be one of native, onnx, plain, sentence_transformers, got 'zip'$"):
         action.run(export_cfg(format="zip"), "RUN_DIR")
 
 

@@ -310,7 +310,10 @@ def test_every_search_space_composes(name):
         cfg = compose("config", [f"hparams_search={name}", "model=tiny"], return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
     check_search_keys(cfg, list(sweeper.params))  # raises on a key the config lacks
-    assert cfg.task.name == name.removesuffix("_frozen")
+    if name == "distill":  # a search over distillations: its task comes from the teacher (distill.teacher=RUN)
+        assert cfg.action == "distill" and "distill.student_layers" in sweeper.params
+    else:
+        assert cfg.task.name == name.removesuffix("_frozen")
     assert cfg.mode.name == ("frozen" if name.endswith("_frozen") else "finetune")
     assert {"train.learning_rate", "train.batch_size", "train.warmup_ratio", "train.epochs",
             "train.head_dropout"} <= set(sweeper.params)

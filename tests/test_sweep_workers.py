@@ -25,8 +25,9 @@ from test_sweep import lr_score, multirun, stub_train
 
 N_TRIALS = 4
 GRACE_S = 15  # a running trial whose heartbeat is older is a killed worker's: failed and replaced
-# a tiny real run per trial (the kill needs a trial that is running in a real process)
-WORKER_ARGS = ["-m", "hparams_search=nli", "model=tiny", "data=sample", "train.max_steps=3", "train.batch_size=8",
+# a tiny real run per trial (the kill needs a trial that is running in a real process: long enough, a few
+# seconds on an idle machine, that the kill a second after the trial is seen running lands inside it)
+WORKER_ARGS = ["-m", "hparams_search=nli", "model=tiny", "data=sample", "train.max_steps=40", "train.batch_size=8",
                "save_model=false", f"hparams_search.n_trials={N_TRIALS}", "hydra.sweeper.heartbeat_interval=1",
                f"hydra.sweeper.grace_period={GRACE_S}"]
 
@@ -93,15 +94,32 @@ def load(url: str, name: str = "nli-tiny-finetune"):
     return optuna.load_study(study_name=name, storage=url)
 
 
+def running_trials(url: str) -> int:
+    """How many trials of the study's storage run now, read with plain SQL: optuna.load_study would
+    create the schema itself, racing the worker that is creating it (a sqlite file's alembic_version
+    written twice: the worker then fails to open its storage)."""
+    import sqlalchemy as sa
+
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+        if not os.path.exists(path):
+            return 0
+        url = f"sqlite:///file:{path}?mode=ro&uri=true"  # read-only: never creates or writes the file
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text("SELECT count(*) FROM trials WHERE state = 'RUNNING'")).scalar())
+    finally:
+        engine.dispose()
+
+
 def wait_for_running(url: str, procs: list[subprocess.Popen], timeout: float = 300, n: int = 1) -> None:
     """Until ``n`` trials run at once (each worker has one); a worker that ended before is reported
     with its output (a slow, loaded machine gets minutes: the workers start Python, torch and Hydra)."""
-    from optuna.trial import TrialState
-
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            if sum(t.state == TrialState.RUNNING for t in load(url).trials) >= n:
+            if running_trials(url) >= n:
                 return
         except Exception:  # noqa: BLE001 - no database or no study yet
             pass
@@ -200,3 +218,32 @@ def test_two_search_spaces_on_one_study_refuse(monkeypatch, tmp_path, capsys):
     assert (f"study 'nli-tiny-finetune' in sqlite:///{sweep}/optuna.db was made for another search space "
             "(train.warmup_ratio differ): give this search its own hparams_search.study_name") in capsys.readouterr().err
     assert len(calls) == 1
+
+
+def test_a_worker_that_loses_the_race_to_create_the_tables_tries_again(monkeypatch):
+    """Workers started at once on a new database each create its tables; the losers' unique-key
+    violation is retried (the real race: the PostgreSQL test above, two workers started together),
+    and a violation that persists still ends in the one-line error."""
+    import optuna
+    from sqlalchemy.exc import IntegrityError
+
+    from kotune.sweeps import study
+
+    calls = []
+
+    def storage_failing(times: int):
+        def make(url, **kwargs):
+            calls.append(url)
+            if len(calls) <= times:
+                raise IntegrityError("CREATE TABLE", {}, Exception("duplicate key value violates unique constraint"))
+            return "storage"
+        return make
+
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    monkeypatch.setattr(optuna.storages, "RDBStorage", storage_failing(2))
+    assert study._rdb_storage("sqlite:///x.db", 1, 15) == "storage" and len(calls) == 3
+    calls.clear()
+    monkeypatch.setattr(optuna.storages, "RDBStorage", storage_failing(99))
+    with pytest.raises(Exception, match=r"^hparams_search.storage: cannot open sqlite:///x.db: \(builtins.Exception\) duplicate key"):
+        study.open_study("sqlite:///x.db", "s", "maximize", None, 1, 15)
+    assert len(calls) == 5

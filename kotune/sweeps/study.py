@@ -31,16 +31,34 @@ def open_study(storage_url: str | None, study_name: str | None, direction: str, 
     storage = None
     if storage_url:
         try:
-            with warnings.catch_warnings():  # heartbeat_interval is "experimental" since optuna 2.9
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                storage = optuna.storages.RDBStorage(str(storage_url), heartbeat_interval=heartbeat_interval,
-                                                     grace_period=grace_period)
+            storage = _rdb_storage(str(storage_url), heartbeat_interval, grace_period)
         except Exception as e:  # noqa: BLE001 - any driver's connection error: one line, no password
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ConfigCompositionException(
                 f"hparams_search.storage: cannot open {mask_credentials(storage_url)}: {reason[:200]}") from None
     return optuna.create_study(study_name=study_name, storage=storage, sampler=sampler, direction=direction,
                                pruner=pruner or optuna.pruners.NopPruner(), load_if_exists=True)
+
+
+def _rdb_storage(url: str, heartbeat_interval: int, grace_period: int, attempts: int = 5):
+    """optuna's RDBStorage at ``url``. Workers started at once on a new database each create its
+    tables, and all but one hit a unique-key violation (PostgreSQL's catalogue, sqlite's
+    alembic_version): they try again, when the tables are there, rather than fail."""
+    import random
+    import time
+
+    import optuna
+    from sqlalchemy.exc import IntegrityError
+
+    for attempt in range(attempts):
+        try:
+            with warnings.catch_warnings():  # heartbeat_interval is "experimental" since optuna 2.9
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat_interval, grace_period=grace_period)
+        except IntegrityError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 + random.random() * 0.5 * (attempt + 1))
 
 
 def space_json(space: dict[str, Any]) -> str:
