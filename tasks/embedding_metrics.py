@@ -33,14 +33,15 @@ def paired_cosines(first: Sequence[Sequence[float]], second: Sequence[Sequence[f
 
 def similarity_scores(cosines: list[float], golds: list[float]) -> dict[str, float]:
     """Spearman and Pearson (×100) of the cosines against the gold scores; NaN where one side is constant."""
-    from scipy.stats import pearsonr, spearmanr
+    from scipy.stats import spearmanr
+
+    from tasks.metrics import pearson  # KLUE STS's Pearson (scipy's pearsonr ×100), one definition for both tasks
 
     if len(cosines) != len(golds):
         raise ValueError(f"{len(cosines)} similarities, {len(golds)} gold scores")
     if len(golds) < 2 or len(set(golds)) < 2 or len(set(cosines)) < 2:
         return {"spearman": float("nan"), "pearson": float("nan")}
-    return {"spearman": 100.0 * float(spearmanr(golds, cosines)[0]),
-            "pearson": 100.0 * float(pearsonr(golds, cosines)[0])}
+    return {"spearman": 100.0 * float(spearmanr(golds, cosines)[0]), "pearson": pearson(cosines, golds)}
 
 
 def retrieval_scores(query_vectors: Sequence[Sequence[float]], document_vectors: Sequence[Sequence[float]],

@@ -710,4 +710,5 @@ def test_a_bi_encoder_answers_every_action_or_refuses_in_one_line(tmp_path, cach
         else:
             error = refused_in_one_line(res)
             assert error.startswith(f"action={action} does not apply to task=sentence_embedding"), error
-            assert action not in REFUSED or REFUSED[action] in error
+            if action in REFUSED:  # an action with a reason of its own says it
+                assert REFUSED[action] in error, error
