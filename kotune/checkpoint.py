@@ -167,6 +167,13 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
         path = given.get("distill.teacher", "")
     if not path or path == "null" or any(c in path for c in ",()"):
         return overrides
+    if teacher and "task" not in given:
+        from kotune.export.native_card import card_task, is_native_export
+
+        if is_native_export(path) and card_task(path):  # a native export keeps no kotune.json: its card names the task
+            log(f"distill.teacher {path}: task={card_task(path)} (its model card)")
+            flags = next((i for i, o in enumerate(overrides) if not o.startswith("-")), len(overrides))
+            return overrides[:flags] + [f"task={card_task(path)}"] + overrides[flags:]
     from heads.model.artifact import ArtifactError
 
     try:

@@ -6,7 +6,6 @@ labels, the loss of kotune/distill_trainer.py, and the teacher named in results.
 on the same split."""
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 from dataclasses import dataclass
@@ -14,10 +13,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.build import Built, Encoder, load_checkpoint_side
-from kotune.checkpoint import checkpoint_model_dir, read_spec
+from kotune.build import Built, Encoder
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
+from kotune.distill_teacher import Teacher, file_digest, refuse_layer_copy
 from tasks.base import IGNORE
 
 
@@ -38,7 +37,8 @@ def options(cfg: DictConfig) -> DistillOptions:
     """``distill.*``, checked: each mistake one line, before anything loads."""
     d = cfg.get("distill") or {}
     if not d.get("teacher"):
-        raise ConfigError("action=distill needs distill.teacher=RUN: a kotune run directory (or its model/) to learn from")
+        raise ConfigError("action=distill needs distill.teacher=RUN: a kotune run directory (or its model/), or an "
+                          "ONNX or native export of one, to learn from")
     layers = d.get("layers", "spread")
     opts = DistillOptions(
         teacher=str(d.teacher), student_layers=None if d.get("student_layers") is None else int(d.student_layers),
@@ -62,17 +62,6 @@ def options(cfg: DictConfig) -> DistillOptions:
     return opts
 
 
-def teacher_digest(model_dir: str) -> str:
-    """sha256 of the teacher's manifest (which holds every saved file's size and digest)."""
-    from kotune.core.atomic_dir import MANIFEST
-
-    path = os.path.join(model_dir, MANIFEST)
-    if not os.path.exists(path):
-        return "none (saved without a manifest)"
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 class Distillation:
     """One distillation run: the teacher loaded and checked, the student's encoder side for
     kotune.build, and the steps kotune/actions/train.py calls around training."""
@@ -80,26 +69,14 @@ class Distillation:
     def __init__(self, cfg: DictConfig):
         self.opts = options(cfg)
         path = self.opts.teacher
-        from kotune.export.onnx import is_onnx_export
-
         if not os.path.isdir(path):
-            raise ConfigError(f"distill.teacher={path}: no such directory (a kotune run directory or its model/)")
-        if is_onnx_export(path):
-            raise ConfigError(f"distill.teacher={path} is an ONNX export: the teacher is a kotune run directory (or "
-                              "its model/), whose weights a student copies; export the student afterwards")
-        self.model_dir = checkpoint_model_dir(path)  # nothing saved there: one line
-        self.spec = read_spec(path)                  # every key checked; a file that is not as saved: one line
-        self.teacher: Encoder = load_checkpoint_side(OmegaConf.merge(cfg, {"checkpoint": path}), None)
-        self.teacher_mode = self.teacher.model.mode
-        if self.teacher.model.lora:  # its adapter merged once: the plain encoder computes its logits and lends layers
-            self.teacher.model.encoder = self.teacher.model.bare_encoder()
+            raise ConfigError(f"distill.teacher={path}: no such directory (a kotune run directory or its model/, "
+                              "or an export)")
+        self.teacher = Teacher(cfg, path)  # checked as predict checks it: one line where it is not as saved
+        refuse_layer_copy(self.teacher, self.opts.student_layers, self.opts.student_hidden)
         self.layer_map: list[int] | None = None
         self.kind: str | None = None
         self.report: dict = {}
-
-    @property
-    def teacher_model(self):
-        return self.teacher.model
 
     # ---- the student ------------------------------------------------------------------------
     def encoder_side(self, cfg: DictConfig):
@@ -110,17 +87,16 @@ class Distillation:
             return None
         from heads.model.student import choose_layers, copy_layers, narrow_encoder
 
-        encoder = self.teacher_model.encoder  # a LoRA teacher's with its adapter merged
-        depth = int(encoder.config.num_hidden_layers)
+        depth = int(self.teacher.config.num_hidden_layers)
         if o.student_hidden is not None:
             keep = o.student_layers if o.student_layers is not None else depth
             if keep < 1:
                 raise ConfigError(f"distill.student_layers={keep}: keep at least 1 layer")
-            student = narrow_encoder(encoder, o.student_hidden, keep, int(cfg.train.seed))
+            student = narrow_encoder(self.teacher.config, o.student_hidden, keep, int(cfg.train.seed))
         else:
             self.layer_map = choose_layers(o.layers, depth, o.student_layers)
-            student = copy_layers(encoder, self.layer_map)
-        t = self.teacher
+            student = copy_layers(self.teacher.model.encoder, self.layer_map)  # a LoRA teacher's with its adapter merged
+        t = self.teacher.side
 
         def side(task, texts) -> Encoder:
             return Encoder(t.tokenizer, student.config, t.max_length, t.token_type_ids, encoder=student)
@@ -129,20 +105,20 @@ class Distillation:
 
     def check(self, b: Built) -> None:
         """The teacher fits the student's run: its task, head and labels, and its vocabulary."""
-        meta, where = self.teacher_model.meta, f"distill.teacher={self.opts.teacher}"
+        meta, where = self.teacher.meta, f"distill.teacher={self.opts.teacher}"
         if b.task.windows is not None:
             raise ConfigError("action=distill with task.long_text=windows: a document is several windows, and the "
                               "teacher's logits are cached one row per example of one sequence; set task.long_text=truncate")
         if meta.get("task") != b.task.name:
             raise ConfigError(f"{where} was trained for task={meta.get('task')}, this run is task={b.task.name}: "
                               "a teacher of the same task is needed (leave task= out to take the teacher's)")
-        if self.teacher_model.head_description() != b.model.head_description():
-            raise ConfigError(f"{where} has a '{self.teacher_model.head_description()}' head, the student a "
+        if self.teacher.model.head_description() != b.model.head_description():
+            raise ConfigError(f"{where} has a '{self.teacher.model.head_description()}' head, the student a "
                               f"'{b.model.head_description()}' one: give the task options the teacher was trained with")
         if list(meta.get("labels") or []) != list(b.task.labels or []):
             raise ConfigError(f"{where} predicts the labels {meta.get('labels')}, this run's training data has "
                               f"{b.task.labels}: distil on data with the teacher's label set")
-        if b.tokenizer.get_vocab() != self.teacher.tokenizer.get_vocab():
+        if b.tokenizer.get_vocab() != self.teacher.side.tokenizer.get_vocab():
             raise ConfigError(f"{where}: the student's tokenizer (model={b.model.meta.get('model')}) differs from "
                               "the teacher's; the soft targets are per token: use a model with the teacher's "
                               "vocabulary, or distill.student_layers=K / distill.student_hidden=H")
@@ -158,7 +134,7 @@ class Distillation:
         unlabelled rows joined, the teacher's logits on every training row (cached)."""
         self.check(b)
         if self.opts.student_hidden is None and self.opts.student_layers is not None:
-            b.model.head.load_state_dict(self.teacher_model.head.state_dict())  # DistilBERT: the teacher's init
+            b.model.head.load_state_dict(self.teacher.model.head.state_dict())  # DistilBERT: the teacher's init
         train = b.inputs["train"]
         unlabeled = self.unlabeled_rows(cfg, b, len(train)) if self.opts.unlabeled_file else None
         if unlabeled is not None:
@@ -170,7 +146,8 @@ class Distillation:
         if not cfg.get("cache_dir"):
             raise ConfigError("action=distill keeps the teacher's logits in cache_dir: set cache_dir=DIR")
         settings = TeacherCacheSettings(str(cfg.cache_dir), "float32", batch_size=int(cfg.train.eval_batch_size))
-        inputs, cache = cached_teacher_logits(self.teacher_model, self.kind, {"train": train}, settings, b.task.name)
+        inputs, cache = cached_teacher_logits(self.teacher.logits_source(), b.model.head, self.kind, {"train": train},
+                                              settings, b.task.name)
         b.inputs["train"] = inputs["train"]
         self.report.update(cache=cache, n_unlabeled=0 if unlabeled is None else len(unlabeled))
 
@@ -208,7 +185,7 @@ class Distillation:
 
         hidden = self.opts.hidden_weight > 0
         return DistillLoss(self.kind, self.opts.temperature, self.opts.alpha, self.opts.hidden_weight,
-                           self.teacher_model.encoder if hidden else None, self.layer_map or [])
+                           self.teacher.model.encoder if hidden else None, self.layer_map or [])
 
     # ---- results.json -------------------------------------------------------------------------
     def results(self, cfg: DictConfig, b: Built, split: str) -> dict:
@@ -217,20 +194,18 @@ class Distillation:
         from kotune.build import make_collator
         from kotune.checkpoint_fit import task_for_checkpoint
         from kotune.predict import BatchPredictor, predict_rows
-        from kotune.runtimes import torch_forward
         from tasks import build_task
 
-        teacher = self.teacher_model
-        predictor = BatchPredictor(torch_forward(teacher.cpu()), int(cfg.train.eval_batch_size),
-                                   make_collator(b.tokenizer, cfg))
+        teacher = self.teacher
+        predictor = BatchPredictor(teacher.forward(), int(cfg.train.eval_batch_size), make_collator(b.tokenizer, cfg))
         # decided as the teacher decides (multi-label: its own tuned thresholds), not as the student
-        task = task_for_checkpoint(build_task(cfg.task), teacher.meta | {"head": teacher.head_description()},
+        task = task_for_checkpoint(build_task(cfg.task), teacher.meta | {"head": teacher.model.head_description()},
                                    self.opts.teacher)
         outputs, speed = predict_rows(predictor, task, b.features[split], b.inputs[split], b.splits[split].examples)
         o = self.opts
-        return {"teacher": {"path": o.teacher, "model_dir": self.model_dir, "digest": teacher_digest(self.model_dir),
-                            "mode": self.teacher_mode, "layers": int(teacher.encoder.config.num_hidden_layers),
-                            "params": teacher.param_counts()["total_params"],
+        return {"teacher": {"path": o.teacher, "source": teacher.describe(), "model_dir": teacher.folder,
+                            "digest": file_digest(teacher.folder), "mode": teacher.mode,
+                            "layers": int(teacher.config.num_hidden_layers), "params": teacher.params(),
                             "metrics": task.score(outputs, b.splits[split].examples) if split == "validation" else {},
                             "eval_samples_per_second": speed.get("eval_samples_per_second")},
                 "student": {"layers": int(b.model.encoder.config.num_hidden_layers),

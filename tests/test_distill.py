@@ -114,7 +114,7 @@ def test_copied_layers_are_the_teachers():
     assert student.config.num_hidden_layers == 2 and teacher.config.num_hidden_layers == 4
     torch.testing.assert_close(student.encoder.layer[1].output.dense.weight, teacher.encoder.layer[3].output.dense.weight)
     assert student.encoder.layer[1].output.dense.weight.data_ptr() != teacher.encoder.layer[3].output.dense.weight.data_ptr()
-    narrow = narrow_encoder(teacher, 8, 1, seed=0)
+    narrow = narrow_encoder(teacher.config, 8, 1, seed=0)
     assert (narrow.config.hidden_size, narrow.config.num_attention_heads, narrow.config.num_hidden_layers,
             narrow.config.intermediate_size, narrow.config.vocab_size) == (8, 1, 1, 16, 50)
 
@@ -284,3 +284,41 @@ def test_a_frozen_teacher_lends_its_layers(run_job, tmp_path):
     res = distil(run_job, {"dir": tmp_path / "frozen_teacher"}, "distill.student_layers=1", name="from_frozen")
     assert res["status"] == "ok" and res["mode"] == "finetune" and res["distill"]["teacher"]["mode"] == "frozen"
     assert res["distill"]["teacher"]["metrics"] == pytest.approx(frozen["metrics"])
+
+
+def cached_rows(res: dict) -> list[np.ndarray]:
+    from heads.model.feature_cache import FeatureStore
+
+    split = res["distill"]["cache"]["splits"]["train"]
+    store = FeatureStore(split["path"])
+    return [store.row(i) for i in range(split["rows"])]
+
+
+@pytest.mark.parametrize("task,formats", [("text_cls", ("onnx", "native")), ("ner", ("onnx",)), ("qa", ("native",))])
+def test_an_export_teaches_with_its_logits(run_job, tmp_path, task, formats):
+    """An ONNX or a native export is a teacher: its task from its spec or its model card, its
+    logits those the run it was exported from gives (the student is model= or narrower), its score
+    the run's; a student of its layers is refused in one line."""
+    from heads.span import MASKED
+
+    run = run_job([f"task={task}", *TINY], "teacher")
+    assert run["status"] == "ok", run.get("error")
+    from_run = distil(run_job, {"dir": tmp_path / "teacher"}, "model=tiny", name="from_run")
+    assert from_run["status"] == "ok", from_run.get("error")
+    for fmt in formats:
+        export = run_job([f"checkpoint={tmp_path / 'teacher'}", "action=export", f"export.format={fmt}",
+                          f"export.dir={tmp_path / fmt}"], f"export_{fmt}")
+        assert export["status"] == "ok", export.get("error")
+        res = distil(run_job, {"dir": tmp_path / fmt}, "model=tiny", name=f"from_{fmt}")  # no task=: the export's
+        assert res["status"] == "ok" and res["task"] == task, res.get("error")
+        assert res["distill"]["teacher"]["source"].startswith(f"{fmt} export")
+        assert res["distill"]["teacher"]["metrics"] == pytest.approx(run["metrics"], abs=1e-6)
+        assert res["distill"]["cache"]["splits"]["train"]["status"] == "miss"  # another teacher: another key
+        for ours, theirs in zip(cached_rows(from_run), cached_rows(res), strict=True):
+            real = ours > MASKED / 2  # a span head's positions outside the context: masked by the student's loss
+            np.testing.assert_allclose(theirs[real], ours[real], atol=2e-4)
+        assert "export lends its logits only" in refused_in_one_line(
+            distil(run_job, {"dir": tmp_path / fmt}, "distill.student_layers=1", name=f"layers_{fmt}"))
+    narrow = distil(run_job, {"dir": tmp_path / formats[0]}, "distill.student_hidden=64", "distill.student_layers=1",
+                    name="narrow")
+    assert narrow["status"] == "ok" and narrow["distill"]["student"]["hidden"] == 64, narrow.get("error")

@@ -55,14 +55,14 @@ def copy_layers(encoder: torch.nn.Module, layers: list[int]) -> torch.nn.Module:
     return student
 
 
-def narrow_encoder(encoder: torch.nn.Module, hidden: int, layers: int, seed: int) -> torch.nn.Module:
+def narrow_encoder(teacher_config, hidden: int, layers: int, seed: int) -> torch.nn.Module:
     """A random encoder of the teacher's architecture and vocabulary, ``hidden`` wide and ``layers``
     deep: the teacher's attention-head width kept (fewer heads), its feed-forward ratio kept."""
     from transformers import AutoModel
 
     from heads.model.encoder import no_pooler
 
-    config = copy.deepcopy(encoder.config)
+    config = copy.deepcopy(teacher_config)
     head_width = config.hidden_size // config.num_attention_heads
     if hidden < 1 or hidden % head_width:
         raise ConfigError(f"distill.student_hidden={hidden}: a multiple of the teacher's attention-head width "

@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +33,33 @@ class TeacherCacheSettings(CacheSettings):
     @property
     def root(self) -> str:
         return os.path.join(self.cache_dir, "distill")
+
+
+@dataclass
+class TeacherSource:
+    """What the cache asks of a teacher, whatever runs it (a KotuneModel here; an ONNX or a native
+    export in kotune/distill_teacher.py): its head's logits of one padded batch, and what names it."""
+    logits: Callable[..., Any]  # (input_ids, attention_mask, token_type_ids, **extra columns) → logits, as the head gives them
+    digest: str                 # its weights: another teacher is another key
+    description: str            # its head, as kotune describes it
+    pad_id: int
+    device: torch.device
+
+
+def kotune_teacher(model) -> TeacherSource:
+    """A KotuneModel as a teacher: run on the GPU where there is one, moved there at its first batch
+    (a cache hit never moves it)."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    moved = []
+
+    def logits(input_ids, attention_mask, token_type_ids=None, **extra_inputs):
+        if not moved:
+            moved.append(model.to(device).eval())
+        return model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                     **extra_inputs)["logits"]
+
+    return TeacherSource(logits, weights_digest(model), model.head_description(),
+                         getattr(model.encoder.config, "pad_token_id", None) or 0, device)
 
 
 def _column_lengths(features, column: str) -> np.ndarray:
@@ -54,30 +83,28 @@ def logit_width(kind: str, head) -> int:
     return {"span": 2, "regression": 1}.get(kind) or int(head.out.out_features)
 
 
-def cached_teacher_logits(teacher, kind: str, inputs: dict, settings: TeacherCacheSettings,
+def cached_teacher_logits(teacher: TeacherSource, head, kind: str, inputs: dict, settings: TeacherCacheSettings,
                           name: str) -> tuple[dict[str, CachedInputs], dict]:
     """``inputs`` (split → ``datasets.Dataset`` of model columns) with the teacher's logits as the
-    ``teacher_logits`` column of every row; and a report (per split: hit, miss or rebuilt, seconds)."""
+    ``teacher_logits`` column of every row; and a report (per split: hit, miss or rebuilt, seconds).
+    ``head``: the student's (the teacher's kind, options and labels: checked before), which gives
+    the slots and width of the logits and the extra columns the heads read."""
     try:
         os.makedirs(settings.root, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"cache_dir={settings.cache_dir}: cannot write the teacher's logits there "
                           f"({e.strerror or e}); set cache_dir=A_WRITABLE_DIR") from None
-    extra = tuple(teacher.head.extra_inputs)
-    shape = (1, logit_width(kind, teacher.head))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    pad_id = getattr(teacher.encoder.config, "pad_token_id", None) or 0
-    base = {"v": TEACHER_CACHE_VERSION, "weights": weights_digest(teacher), "kind": kind, "width": shape[1],
-            "head": teacher.head_description(), "dtype": settings.dtype}
+    extra = tuple(head.extra_inputs)
+    shape = (1, logit_width(kind, head))
+    base = {"v": TEACHER_CACHE_VERSION, "weights": teacher.digest, "kind": kind, "width": shape[1],
+            "head": teacher.description, "dtype": settings.dtype}
 
     def logits(input_ids, attention_mask, token_type_ids=None, **extra_inputs):
-        return teacher_rows(kind, teacher(input_ids=input_ids, attention_mask=attention_mask,
-                                          token_type_ids=token_type_ids, **extra_inputs)["logits"])
+        return teacher_rows(kind, teacher.logits(input_ids, attention_mask, token_type_ids, **extra_inputs))
 
     out, report = {}, {"dir": settings.root, "splits": {}}
-    teacher.eval()
     for split, features in inputs.items():
-        lengths = slot_lengths(kind, teacher.head, features)
+        lengths = slot_lengths(kind, head, features)
         columns = [c for c in ("input_ids", "attention_mask", "token_type_ids", "labels", *extra)
                    if c in features.column_names and pa.types.is_list(features.data.schema.field(c).type)]
         parts = dict(base, data=data_digest(features, columns))
@@ -90,8 +117,7 @@ def cached_teacher_logits(teacher, kind: str, inputs: dict, settings: TeacherCac
                 status = "miss" if why == "absent" else "rebuilt"
                 if status == "rebuilt":
                     log(f"warning: teacher logits {path} are unusable: {why}; computing them again")
-                teacher.to(device)
-                _build(logits, features, path, key, parts, lengths, shape, settings, pad_id, device,
+                _build(logits, features, path, key, parts, lengths, shape, settings, teacher.pad_id, teacher.device,
                        what=f"teacher logits {split}", extra=extra)
         out[split] = CachedInputs(features, FeatureStore(path), key=COLUMN)
         report["splits"][split] = {"status": status, "path": path, "rows": len(lengths),

@@ -24,7 +24,8 @@ USAGE = ("action=rerank needs checkpoint=RUN_OR_EXPORT (a pair model), rerank.ca
 
 def scorer(cfg: DictConfig):
     """Serving's predictor over ``checkpoint=``: a run directory, an ONNX or a native export."""
-    from kotune.api.native import is_native_export, native_predictor
+    from kotune.api.native import native_predictor
+    from kotune.export.native_card import is_native_export
 
     path = str(cfg.checkpoint)
     if is_native_export(path):

@@ -10,17 +10,15 @@ length and token type ids the tokenizer's. Other task options are the task prese
 ``task.X=`` overrides for a model trained with others; ``task=NAME`` where the card names none)."""
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 from kotune.core.backends import Runtime
 from kotune.api.compose import compose_job
-from kotune.core.atomic_dir import MANIFEST, settle, verify_manifest
+from kotune.core.atomic_dir import settle, verify_manifest
 from kotune.core.errors import KotuneError
 from kotune.core.registry import register_runtime
+from kotune.export.native_card import card_task
 
-NATIVE_KIND = "native-export"  # the manifest's kind (kotune/export/native.py writes it)
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -30,29 +28,6 @@ def native_suffix(head: str) -> str:
 
     native = HEADS.get(head).native
     return native.suffix if native is not None else "?"
-
-
-def is_native_export(path: str) -> bool:
-    try:
-        with open(os.path.join(path, MANIFEST), encoding="utf-8") as f:
-            return json.load(f).get("kind") == NATIVE_KIND
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def card_tags(path: str) -> list[str]:
-    """The tags of the export's model card (README.md's YAML front matter), [] without one."""
-    import yaml
-
-    try:
-        with open(os.path.join(path, "README.md"), encoding="utf-8") as f:
-            text = f.read()
-        if not text.startswith("---"):
-            return []
-        data = yaml.safe_load(text.split("---", 2)[1]) or {}
-        return [str(t) for t in data.get("tags") or []]
-    except (OSError, ValueError, IndexError, AttributeError, yaml.YAMLError):
-        return []
 
 
 @register_runtime("transformers")
@@ -98,36 +73,23 @@ class NativeModel:
     def report(self) -> dict:
         return {"layers": "last", "pooling": "cls" if self.head_kind == "sequence" else None}
 
+    def head_description(self) -> str:
+        return self.head_kind  # an export's head has no options (kotune/export/native.py refuses those that do)
+
     def describe(self) -> str:
         return f"transformers: {type(self.native).__name__}"
 
 
-def native_predictor(path: str, overrides: list[str]):
-    """``action=serve``'s predictor over the native export at ``path``."""
+def load_native(path: str, task) -> tuple[NativeModel, Any]:
+    """The native export at ``path`` read for ``task`` (a built task): the model, with ``meta`` as
+    kotune would have saved it (labels from ``id2label``, thresholds, length, token type ids), and
+    its tokenizer. An export that does not fit the task, or reads documents as windows: one line."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from kotune.build import Built, make_collator
-    from kotune.checkpoint import presets
-    from kotune.checkpoint_fit import task_for_checkpoint
-    from kotune.predict import BatchPredictor
-    from kotune.serving.app import Predictor, servable
-    from tasks import build_task
-    from tasks.base import EncodeSettings
-
-    settle(path)  # an export killed while swapping its directory in: the whole one back
-    verify_manifest(path, True, "export it again (action=export)")
-    asked = {o.lstrip("+").partition("=")[0] for o in overrides}
-    tags = card_tags(path)
-    named = next((t for t in tags[1:2] if t in presets("task")), None) if tags[:1] == ["kotune"] else None
-    if named is None and "task" not in asked:
-        raise KotuneError(f"{path}: a native export whose model card names no kotune task: "
-                          "load(path, 'task=NAME') says which")
-    cfg = compose_job(["action=predict", *([f"task={named}"] if "task" not in asked else []), *overrides])
     config, tokenizer = AutoConfig.from_pretrained(path), AutoTokenizer.from_pretrained(path)
     if getattr(config, "kotune_windows", None):
         raise KotuneError(f"{path}: a native export of a model that reads documents as windows (config.kotune_windows); "
                           "load the run directory or an ONNX export of it")
-    task = build_task(cfg.task)
     suffix = native_suffix(task.head)
     if not (getattr(config, "architectures", None) or [""])[0].endswith(suffix):
         raise KotuneError(f"{path}: a {(config.architectures or ['?'])[0]} does not fit task {task.name} "
@@ -137,7 +99,29 @@ def native_predictor(path: str, overrides: list[str]):
     max_length = int(min(tokenizer.model_max_length, config.max_position_embeddings))
     meta = {"task": task.name, "labels": labels, "max_length": max_length,
             "token_type_ids": "token_type_ids" in tokenizer.model_input_names, "task_options": options}
-    model = NativeModel(path, task.head, meta)
+    return NativeModel(path, task.head, meta), tokenizer
+
+
+def native_predictor(path: str, overrides: list[str]):
+    """``action=serve``'s predictor over the native export at ``path``."""
+    from kotune.build import Built, make_collator
+    from kotune.checkpoint_fit import task_for_checkpoint
+    from kotune.predict import BatchPredictor
+    from kotune.serving.app import Predictor, servable
+    from tasks import build_task
+    from tasks.base import EncodeSettings
+
+    settle(path)  # an export killed while swapping its directory in: the whole one back
+    verify_manifest(path, True, "export it again (action=export)")
+    asked = {o.lstrip("+").partition("=")[0] for o in overrides}
+    named = card_task(path)
+    if named is None and "task" not in asked:
+        raise KotuneError(f"{path}: a native export whose model card names no kotune task: "
+                          "load(path, 'task=NAME') says which")
+    cfg = compose_job(["action=predict", *([f"task={named}"] if "task" not in asked else []), *overrides])
+    task = build_task(cfg.task)
+    model, tokenizer = load_native(path, task)
+    max_length, meta = model.meta["max_length"], model.meta
     task = task_for_checkpoint(task, meta | {"head": task.head}, path)
     servable(task)
     predictor = Predictor.__new__(Predictor)  # serving's predictor, over a model it did not build

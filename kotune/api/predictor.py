@@ -24,7 +24,8 @@ class Predictor:
     for pairs, ``question`` and ``context`` for QA); one input alone gives one record."""
 
     def __init__(self, path: str, overrides: list[str] | None = None):
-        from kotune.api.native import is_native_export, native_predictor
+        from kotune.api.native import native_predictor
+        from kotune.export.native_card import is_native_export
         from kotune.runtimes import runtime_of
 
         self.path, self.overrides = str(path), list(overrides or [])
