@@ -53,11 +53,12 @@ def options() -> argparse.Namespace:
                    help="hate speech, or KLUE NER dev split in two (bench/pretraining.py's fixed 80/20 split)")
     p.add_argument("--speed", action="store_true", help="also time a 4-layer int8 student on the BERT-base shape")
     p.add_argument("--speed-texts", type=int, default=256, help="demo dev texts timed")
+    p.add_argument("--latency-n", type=int, default=100, help="single requests timed per server (--speed)")
     from bench.common import parse_with_smoke
 
     a = parse_with_smoke(p, {"steps": SMOKE["steps"], "batch": SMOKE["batch"], "max_length": SMOKE["max_length"],
                              "seeds": SMOKE["seeds"], "unlabeled": True, "unlabeled_ratio": 0.1, "speed": True,
-                             "speed_texts": 16,
+                             "speed_texts": 16, "latency_n": 4,
                              "out": os.path.join(tempfile.gettempdir(), "kotune_distill_smoke")})
     if not a.model_dir:
         raise SystemExit("--model-dir DIR is needed (the mini encoder: python -m bench.pretrain_gain --only-pretrain)")
@@ -168,6 +169,28 @@ def speed(a) -> None:
           f" shape) through transformers.pipeline {teacher_rate:.1f} texts/s; {keep}-layer student int8 ONNX through "
           f"action=predict {student_rate:.1f} texts/s: {student_rate / teacher_rate:.2f}x")
     print(f"RESULT distill_speed student_vs_teacher={student_rate / teacher_rate:.2f} texts={len(texts)}")
+    served_latency(a, out, os.path.join(out, "teacher"), onnx, texts)
+
+
+def served_latency(a, out: str, teacher: str, student_onnx: str, texts: list[str]) -> None:
+    """p50/p95 milliseconds of single requests to ``action=serve``: the teacher's run (torch) against
+    the student's int8 ONNX export, one server at a time, the same texts one after another."""
+    from bench.serving import request_latency, start_server, stop_server
+
+    served = {}
+    for name, overrides in (("teacher", [f"checkpoint={teacher}"]),
+                            ("student", [f"checkpoint={student_onnx}", "onnx.file=model_int8.onnx"])):
+        proc, url = start_server(overrides, os.path.join(out, f"serve_{name}"))
+        try:
+            served[name] = request_latency(url, texts[: a.latency_n])
+        finally:
+            stop_server(proc)
+    t, s = served["teacher"], served["student"]
+    print(f"served, one request at a time ({t['n']} texts): teacher p50 {t['p50_ms']:.1f} ms, p95 {t['p95_ms']:.1f} ms; "
+          f"student int8 ONNX p50 {s['p50_ms']:.1f} ms, p95 {s['p95_ms']:.1f} ms: p50 {t['p50_ms'] / s['p50_ms']:.2f}x, "
+          f"p95 {t['p95_ms'] / s['p95_ms']:.2f}x faster")
+    print(f"RESULT distill_served teacher_p50_ms={t['p50_ms']:.1f} teacher_p95_ms={t['p95_ms']:.1f} "
+          f"student_p50_ms={s['p50_ms']:.1f} student_p95_ms={s['p95_ms']:.1f}")
 
 
 def percent_of(scores: list[float], teacher: list[float]) -> float:

@@ -34,11 +34,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
 from bench.common import PeakMemory  # noqa: E402
+from bench.serving import percentile, start_server, stop_server  # noqa: E402
 from kotune.overrides import compose  # noqa: E402
 
 NLI = SHARED / "data" / "klue" / "klue-nli-v1.1_dev.json"
@@ -81,10 +77,6 @@ def prepare(name: str, model: list[str], data: str, steps: int, n_eval: int, wor
 
 def size_mb(*paths) -> float:
     return round(sum(os.path.getsize(p) for p in paths) / 1e6, 1)
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(statistics.quantiles(values, n=100, method="inclusive")[q - 1]) if len(values) > 1 else values[0]
 
 
 def run_pipeline(m: dict, examples: list[dict], latency_n: int) -> dict:
@@ -138,12 +130,6 @@ def run_kotune(m: dict, examples: list[dict], latency_n: int, threads: int, onnx
             "peak_mb": mem.peak_bytes / 1e6, "model_mb": size_mb(*files), "score": b.task.score(outputs, examples)}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def _post_all(url: str, texts: list[str], clients: int) -> float:
     import httpx
 
@@ -159,44 +145,13 @@ async def _post_all(url: str, texts: list[str], clients: int) -> float:
         return time.perf_counter() - started
 
 
-def wait_for_health(proc: subprocess.Popen, url: str, timeout_s: float = 300) -> dict:
-    """``GET /health`` of a server being started, polled until it answers (bounded in time)."""
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited (code {proc.returncode}) before it answered")
-        try:
-            return httpx.get(f"{url}/health", timeout=2).json()
-        except httpx.TransportError:
-            time.sleep(0.5)
-    raise RuntimeError(f"no answer from {url}/health in {timeout_s} s")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    """SIGTERM (the server finishes and writes results.json), then a kill if it hangs."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def served_throughput(m: dict, texts: list[str], max_batch: int, threads: int, work: Path) -> dict:
     """Texts per second through ``action=serve`` (a real server on 127.0.0.1, stopped after)."""
     import httpx
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    run_dir = work / f"serve-{m['name']}-{max_batch}"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), *m["common"], "action=serve", f"checkpoint={m['onnx']}",
-                             f"serve.port={port}", f"serve.max_batch_size={max_batch}", "serve.max_wait_ms=10",
-                             f"onnx.threads={threads}", f"hydra.run.dir={run_dir}"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, url = start_server([*m["common"], f"checkpoint={m['onnx']}", f"serve.max_batch_size={max_batch}",
+                              "serve.max_wait_ms=10", f"onnx.threads={threads}"], work / f"serve-{m['name']}-{max_batch}")
     try:
-        wait_for_health(proc, url)
         elapsed = asyncio.run(_post_all(url, texts, clients=32))
         stats = httpx.get(f"{url}/health", timeout=10).json()
     finally:

@@ -25,7 +25,7 @@ from conftest import ROOT, SHARED, shared_path
 
 BENCH = ROOT / "bench"
 # modules the scripts share, not scripts (a script imports these, never another script)
-HELPERS = {"__init__.py", "common.py", "hate_speech.py", "jobs.py", "pretraining.py", "stats.py"}
+HELPERS = {"__init__.py", "common.py", "hate_speech.py", "jobs.py", "pretraining.py", "serving.py", "stats.py"}
 # script → its arguments besides --smoke; {model}: the tiny pretrained encoder, {out}: the test's
 # folder, {cache}: the session's cache, {shared}: ../shared. Every script but those in NO_SHARED reads
 # ../shared (skipped without it).
