@@ -12,7 +12,11 @@ the span head. Per head kind (``distill_kind``):
 - ``regression`` (STS): the squared error to the teacher's score, per row (no temperature);
 - ``positions`` (token head): T² · KL per labelled position (labels -100 elsewhere are skipped);
 - ``span`` (QA): T² · KL over the positions of the start and of the end, per row with an answer
-  label, each half-weighted as the span head's own loss is."""
+  label, each half-weighted as the span head's own loss is.
+
+For a student made of the teacher's layers, TinyBERT's intermediate losses: the hidden states
+(``hidden_state_sum``) and the attention distributions (``attention_sum``) of each student layer
+against the teacher layer it was copied from."""
 from __future__ import annotations
 
 import torch
@@ -109,4 +113,17 @@ def hidden_state_sum(student_states: list[torch.Tensor], teacher_states: list[to
     total = attention_mask.new_zeros((), dtype=torch.float)
     for s, t in zip(student_states, teacher_states):
         total = total + (((s.float() - t.float()) ** 2).mean(-1, keepdim=True) * mask).sum()
+    return total
+
+
+def attention_sum(student_maps: list[torch.Tensor], teacher_maps: list[torch.Tensor],
+                  attention_mask: torch.Tensor) -> torch.Tensor:
+    """TinyBERT's attention loss on the attention distributions ([B, heads, query, key]): Σ over
+    the mapped layer pairs of the squared error of each real query's row, summed over the keys and
+    averaged over the heads, summed over the real query tokens (a mean over real tokens once
+    divided by their count and the layers, as ``hidden_state_sum``). Padded keys weigh 0 in both."""
+    queries = attention_mask.float()[:, None, :, None]
+    total = attention_mask.new_zeros((), dtype=torch.float)
+    for s, t in zip(student_maps, teacher_maps):
+        total = total + (((s.float() - t.float()) ** 2) * queries).sum(-1).mean(1).sum()
     return total

@@ -29,6 +29,7 @@ class DistillOptions:
     temperature: float
     alpha: float
     hidden_weight: float
+    attention_weight: float
     unlabeled_file: str | None
     unlabeled_ratio: float
 
@@ -45,17 +46,19 @@ def options(cfg: DictConfig) -> DistillOptions:
         layers=OmegaConf.to_container(layers) if OmegaConf.is_config(layers) else layers,
         student_hidden=None if d.get("student_hidden") is None else int(d.student_hidden),
         temperature=float(d.get("temperature", 2.0)), alpha=float(d.get("alpha", 0.5)),
-        hidden_weight=float(d.get("hidden_weight", 0.0)), unlabeled_file=d.get("unlabeled_file"),
+        hidden_weight=float(d.get("hidden_weight", 0.0)), attention_weight=float(d.get("attention_weight", 0.0)),
+        unlabeled_file=d.get("unlabeled_file"),
         unlabeled_ratio=float(d.get("unlabeled_ratio", 1.0)))
     if opts.temperature <= 0:
         raise ConfigError(f"distill.temperature={opts.temperature:g}: a temperature above 0 is needed")
     if not 0 <= opts.alpha <= 1:
         raise ConfigError(f"distill.alpha={opts.alpha:g}: the soft targets' share of the loss, from 0 to 1")
-    if opts.hidden_weight < 0 or opts.unlabeled_ratio < 0:
-        raise ConfigError("distill.hidden_weight and distill.unlabeled_ratio cannot be negative")
-    if opts.hidden_weight > 0 and (opts.student_layers is None or opts.student_hidden is not None):
-        raise ConfigError("distill.hidden_weight: hidden states are matched layer to layer for a student copied "
-                          "from the teacher's layers (distill.student_layers=K, no distill.student_hidden)")
+    if min(opts.hidden_weight, opts.attention_weight, opts.unlabeled_ratio) < 0:
+        raise ConfigError("distill.hidden_weight, distill.attention_weight and distill.unlabeled_ratio cannot be negative")
+    for name in ("hidden_weight", "attention_weight"):
+        if getattr(opts, name) > 0 and (opts.student_layers is None or opts.student_hidden is not None):
+            raise ConfigError(f"distill.{name}: hidden states and attention are matched layer to layer for a student "
+                              "copied from the teacher's layers (distill.student_layers=K, no distill.student_hidden)")
     if str(cfg.mode.name) != "finetune":
         raise ConfigError(f"action=distill with mode={cfg.mode.name}: the student trains whole (mode=finetune); "
                           "the teacher may be any mode")
@@ -183,9 +186,10 @@ class Distillation:
     def loss(self):
         from kotune.distill_trainer import DistillLoss
 
-        hidden = self.opts.hidden_weight > 0
-        return DistillLoss(self.kind, self.opts.temperature, self.opts.alpha, self.opts.hidden_weight,
-                           self.teacher.model.encoder if hidden else None, self.layer_map or [])
+        o = self.opts
+        layered = o.hidden_weight > 0 or o.attention_weight > 0
+        return DistillLoss(self.kind, o.temperature, o.alpha, o.hidden_weight, o.attention_weight,
+                           self.teacher.model.encoder if layered else None, self.layer_map or [])
 
     # ---- results.json -------------------------------------------------------------------------
     def results(self, cfg: DictConfig, b: Built, split: str) -> dict:
@@ -214,5 +218,5 @@ class Distillation:
                             "init": "teacher layers" if self.layer_map is not None else
                             "random (narrower)" if o.student_hidden is not None else f"model={cfg.model.name}"},
                 "layer_map": self.layer_map, "kind": self.kind, "temperature": o.temperature, "alpha": o.alpha,
-                "hidden_weight": o.hidden_weight, "unlabeled_file": o.unlabeled_file,
+                "hidden_weight": o.hidden_weight, "attention_weight": o.attention_weight, "unlabeled_file": o.unlabeled_file,
                 "unlabeled_ratio": o.unlabeled_ratio if o.unlabeled_file else None, **self.report}

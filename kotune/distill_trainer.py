@@ -3,20 +3,21 @@
     (1 − alpha) · task loss + alpha · soft-target loss (heads/distill_loss.py) [+ hidden · hidden-state loss]
 
 The soft targets are the batch's cached teacher logits (heads/model/teacher_cache.py): the teacher
-does not run during training, unless hidden-state matching (``distill.hidden_weight``) needs its
-hidden states at each step. Each term is a mean over its own items across the optimizer step's
+does not run during training, unless hidden-state or attention matching (``distill.hidden_weight``,
+``distill.attention_weight``) needs its layers' outputs at each step. Each term is a mean over its own items across the optimizer step's
 micro-batches: ``loss_counts`` appends the soft-target items (every row the teacher labelled,
-labelled or not) and the hidden-state items (real tokens × mapped layers) to the task's counts."""
+labelled or not) and the layer-matching items (real tokens × mapped layers) to the task's counts."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
 
-from heads.distill_loss import hidden_state_sum, soft_target_count, soft_target_sum
+from heads.distill_loss import attention_sum, hidden_state_sum, soft_target_count, soft_target_sum
 from heads.model.feature_cache import CachedInputs, row_lengths
 from heads.model.student import layer_stack
 from heads.model.teacher_cache import COLUMN
+from kotune.core.errors import ConfigError
 from kotune.trainer import KotuneTrainer
 
 
@@ -26,8 +27,13 @@ class DistillLoss:
     temperature: float
     alpha: float              # the soft targets' share; 1 − alpha the task loss's
     hidden_weight: float = 0.0
-    teacher_encoder: torch.nn.Module | None = None  # hidden-state matching only
+    attention_weight: float = 0.0
+    teacher_encoder: torch.nn.Module | None = None  # hidden-state or attention matching only
     layer_map: list[int] = field(default_factory=list)  # student layer i ← teacher layer layer_map[i]
+
+    @property
+    def layered(self) -> bool:
+        return self.hidden_weight > 0 or self.attention_weight > 0
 
 
 def _first(output):
@@ -42,7 +48,8 @@ class DistillTrainer(KotuneTrainer):
     def use(self, distill: DistillLoss) -> None:
         self.distill = distill
         self._student_states: list[torch.Tensor] = []
-        if distill.hidden_weight > 0:
+        self._student_maps: list[torch.Tensor] = []
+        if distill.layered:
             distill.teacher_encoder.to(self.args.device)
 
             def keep(module, inputs, output) -> None:  # training steps only (evaluation keeps nothing)
@@ -51,6 +58,17 @@ class DistillTrainer(KotuneTrainer):
 
             for layer in layer_stack(self.model.encoder):
                 layer.register_forward_hook(keep)
+        if distill.attention_weight > 0:
+            # the attention distributions come out of the eager attention only (SDPA's fused kernel keeps none)
+            for encoder in (self.model.encoder, distill.teacher_encoder):
+                encoder.set_attn_implementation("eager")
+
+            def keep_map(module, inputs, output) -> None:
+                if module.training:
+                    self._student_maps.append(output[1])
+
+            for layer in layer_stack(self.model.encoder):
+                self_attention(layer).register_forward_hook(keep_map)
 
     def _get_train_sampler(self, train_dataset=None):
         """Length-grouped batches from the rows' token counts, read at once (Trainer would read every
@@ -69,7 +87,7 @@ class DistillTrainer(KotuneTrainer):
             return task
         labels = {k: batch[k] for k in self.model.head.label_fields}
         soft = soft_target_count(self.distill.kind, labels, batch[COLUMN]).to(task.device)
-        hidden = batch["attention_mask"].sum() * len(self.distill.layer_map) if self.distill.hidden_weight > 0 else 0
+        hidden = batch["attention_mask"].sum() * len(self.distill.layer_map) if self.distill.layered else 0
         return torch.cat([task.reshape(-1), soft.reshape(1), torch.as_tensor(hidden).reshape(1).to(task.device)])
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -79,25 +97,44 @@ class DistillTrainer(KotuneTrainer):
         d = self.distill
         counts = num_items_in_batch if num_items_in_batch is not None else self.loss_counts({**inputs, COLUMN: teacher})
         counts = torch.as_tensor(counts).reshape(-1)
-        self._student_states = []
+        self._student_states, self._student_maps = [], []
         outputs = model(**inputs, num_items_in_batch=counts[:-2])
         labels = {k: inputs[k] for k in self.model.head.label_fields}
         soft = soft_target_sum(d.kind, outputs["logits"], teacher, labels, d.temperature)
         loss = (1 - d.alpha) * outputs["loss"] + d.alpha * soft / counts[-2].clamp(min=1)
-        if d.hidden_weight > 0:
-            loss = loss + d.hidden_weight * self.hidden_loss(inputs) / counts[-1].clamp(min=1)
+        if d.layered:
+            loss = loss + self.layer_loss(inputs) / counts[-1].clamp(min=1)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * self.accelerator.num_processes  # the counts span the processes; DDP averages
         return loss
 
-    def hidden_loss(self, inputs: dict) -> torch.Tensor:
-        """The student's layers' outputs (caught by hooks in this step's forward) against the
-        teacher layers they were copied from, on the same batch."""
+    def layer_loss(self, inputs: dict) -> torch.Tensor:
+        """TinyBERT's intermediate losses, weighted: the student's layers' outputs and attention
+        distributions (caught by hooks in this step's forward) against those of the teacher layers
+        they were copied from, on the same batch."""
         d = self.distill
+        attention = d.attention_weight > 0
         with torch.no_grad():
             d.teacher_encoder.eval()
-            states = d.teacher_encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                                       token_type_ids=inputs.get("token_type_ids"),
-                                       output_hidden_states=True).hidden_states
-        teacher_states = [states[j + 1] for j in d.layer_map]  # hidden_states[0]: the embeddings
-        return hidden_state_sum(self._student_states[-len(d.layer_map):], teacher_states, inputs["attention_mask"])
+            out = d.teacher_encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                    token_type_ids=inputs.get("token_type_ids"), output_hidden_states=True,
+                                    output_attentions=attention)
+        mask, n = inputs["attention_mask"], len(d.layer_map)
+        loss = mask.new_zeros((), dtype=torch.float)
+        if d.hidden_weight > 0:  # hidden_states[0]: the embeddings
+            loss = loss + d.hidden_weight * hidden_state_sum(self._student_states[-n:],
+                                                             [out.hidden_states[j + 1] for j in d.layer_map], mask)
+        if attention:
+            loss = loss + d.attention_weight * attention_sum(self._student_maps[-n:],
+                                                             [out.attentions[j] for j in d.layer_map], mask)
+        return loss
+
+
+def self_attention(layer: torch.nn.Module) -> torch.nn.Module:
+    """The module of a BERT-family layer that returns (output, attention distributions):
+    ``attention.self`` (BERT, RoBERTa, ELECTRA)."""
+    module = getattr(getattr(layer, "attention", None), "self", None)
+    if module is None:
+        raise ConfigError(f"distill.attention_weight: a {type(layer).__name__} has no attention.self module to read "
+                          "attention distributions from; set distill.attention_weight=0")
+    return module

@@ -86,6 +86,20 @@ def test_span_soft_targets_read_real_positions_of_answered_rows():
 
 
 # ---- students --------------------------------------------------------------------------------
+def test_attention_loss_counts_real_queries_and_vanishes_at_the_teachers_maps():
+    from heads.distill_loss import attention_sum
+
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    teacher = torch.softmax(torch.randn(2, 2, 4, 4).masked_fill(mask[:, None, None, :] == 0, -1e9), -1)
+    student = teacher.clone()
+    student[0, :, 3] = torch.rand(2, 4)  # a padded query's row does not count
+    student[1, :, 2:] = torch.rand(2, 2, 4)
+    assert attention_sum([student], [teacher], mask).item() == pytest.approx(0.0, abs=1e-7)
+    student[0, 1, 0, 0] += 0.5  # one head of one real query: 0.5² summed over keys, averaged over 2 heads
+    assert attention_sum([student, teacher], [teacher, teacher], mask).item() == pytest.approx(0.125, rel=1e-5)
+
+
 def test_layer_choices():
     from heads.model.student import choose_layers
     from kotune.core.errors import ConfigError
@@ -195,8 +209,11 @@ def test_students_from_a_preset_or_narrower_and_hidden_matching(run_job, teacher
     preset = distil(run_job, teacher, "model=tiny", name="preset")  # the tiny tokenizer of the same text
     narrow = distil(run_job, teacher, "distill.student_hidden=64", "distill.student_layers=1", name="narrow")
     matched = distil(run_job, teacher, "distill.student_layers=1", "distill.hidden_weight=1", name="hidden")
-    for res in (preset, narrow, matched):
+    attention = distil(run_job, teacher, "distill.student_layers=1", "distill.hidden_weight=1",
+                       "distill.attention_weight=1", name="attention")
+    for res in (preset, narrow, matched, attention):
         assert res["status"] == "ok", res.get("error")
+    assert attention["distill"]["attention_weight"] == 1.0 and attention["train_loss"] > matched["train_loss"]
     assert preset["distill"]["student"]["init"] == "model=tiny" and preset["distill"]["layer_map"] is None
     assert narrow["distill"]["student"]["hidden"] == 64 and narrow["distill"]["student"]["layers"] == 1
     assert matched["distill"]["hidden_weight"] == 1.0 and matched["distill"]["layer_map"] == [0]
@@ -237,6 +254,8 @@ def test_bad_inputs_are_refused_in_one_line(run_job, teacher, tmp_path):
     # options
     assert "distill.alpha" in refused_in_one_line(distil(run_job, teacher, "distill.student_layers=1", "distill.alpha=1.5"))
     assert "hidden" in refused_in_one_line(distil(run_job, teacher, "model=tiny", "distill.hidden_weight=1"))
+    assert "attention" in refused_in_one_line(distil(run_job, teacher, "distill.student_hidden=64",
+                                                     "distill.attention_weight=1"))
     assert "mode=finetune" in refused_in_one_line(distil(run_job, teacher, "distill.student_layers=1", "mode=frozen"))
 
 
