@@ -577,6 +577,31 @@ def test_distill_makes_a_student_that_is_an_ordinary_run_or_refuses_in_one_line(
     same(again, res, keys=("metrics",))
 
 
+def test_distill_from_the_runs_onnx_export_or_refuses_in_one_line(trained):
+    """action=distill with the plain run's ONNX export as teacher (its logits only; the student is
+    model=): the teacher's score on the validation split is the run's, taken by onnxruntime; the
+    tasks distillation refuses (DISTILL_REFUSED) refuse an export teacher in one line too."""
+    if trained["name"] in ONNX_REFUSED - set(DISTILL_REFUSED):
+        pytest.skip("no ONNX export of this head to teach with (the ONNX cell checks the refusal)")
+    root = trained["root"]
+    options = [o for o in trained["options"] if o != "mode=lora"]
+    teacher = root / "distill_teacher_onnx"
+    if trained["name"] not in DISTILL_REFUSED:
+        ok(job([*trained["options"], *TINY, "action=export", "export.format=onnx", f"checkpoint={root / 'plain'}",
+                f"export.dir={teacher}"], root / "distill_teacher_export", trained["cache"]))
+    else:
+        teacher = root / "plain"  # refused before the teacher's kind matters
+    res = job([*options, *TINY, "action=distill", f"distill.teacher={teacher}", "train.max_steps=2"],
+              root / "distilled_from_onnx", trained["cache"])
+    if trained["name"] in DISTILL_REFUSED:
+        assert DISTILL_REFUSED[trained["name"]] in refused_in_one_line(res)
+        return
+    ok(res)
+    assert res["distill"]["teacher"]["source"].startswith("onnx export")
+    # onnxruntime's float sums: a correlation may move in its fourth digit, a label may not change
+    assert res["distill"]["teacher"]["metrics"] == pytest.approx(trained["plain"]["metrics"], rel=1e-3, abs=1e-2)
+
+
 def test_embed_with_the_checkpoint(trained):
     texts = trained["root"] / "texts.txt"
     texts.write_text("서울에서 회의가 열렸다.\n오늘 날씨가 맑다.\n", encoding="utf-8")
