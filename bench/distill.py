@@ -1,8 +1,9 @@
 """Does ``action=distill`` make a small student that keeps the teacher's quality, beyond the noise, at
 an acceptable training cost? Hate speech (``--shared``: train.tsv → dev.tsv's 471 comments, the
-``hate`` column); the teacher is the mini pretrained encoder of bench/pretrain_gain.py
-(``--model-dir``) fine-tuned on it, one teacher per seed. Per seed and per student depth K (half and
-a third of the teacher's layers, ``--ks``; the mini encoder has 2 layers, so K = 1 only):
+``hate`` column); the teacher is a mini pretrained encoder of bench/pretrain_gain.py
+(``--model-dir``: its default 2 layers, or ``--layers 6``) fine-tuned on it, one teacher per seed.
+Per seed and per student depth K (half and a third of the teacher's layers, ``--ks``; a 2-layer
+encoder gives K = 1 only):
 
 * distilled: ``action=distill distill.student_layers=K`` (the teacher's layers spread, its head,
   ``--temperature``, ``--alpha``), the teacher's logits computed once and cached;
@@ -15,6 +16,8 @@ a third of the teacher's layers, ``--ks``; the mini encoder has 2 layers, so K =
 Per comparison the paired difference over seeds, its mean and paired SE sd(d)/√n; "shown" only
 where |mean| > 2 SE. The student's share of the teacher's score (target ≥ 97 %), and the wall time of
 a distillation (its teacher's logits computed, cache miss) over the alone run's (target ≤ 1.3×).
+``--speed``: texts per second of a 4-layer int8 student against its BERT-base-shaped teacher, and
+p50/p95 milliseconds of single requests to ``action=serve`` for each.
 
     python -m bench.distill --model-dir DIR                 # 3 seeds, 400 steps
     python -m bench.distill --model-dir DIR --seeds 1,2,3,4,5 --unlabeled
