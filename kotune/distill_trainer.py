@@ -46,6 +46,11 @@ class DistillTrainer(KotuneTrainer):
     distill: DistillLoss  # set by kotune/actions/distill.py before training
 
     def use(self, distill: DistillLoss) -> None:
+        if self.args.n_gpu > 1:
+            # DataParallel would scatter the step's loss counts with the batch; DDP keeps one count per process
+            raise ConfigError(f"action=distill on {self.args.n_gpu} GPUs in one process (DataParallel): start it with "
+                              f"torchrun --nproc_per_node={self.args.n_gpu} run.py ... (one process per GPU), or "
+                              "show it one GPU (CUDA_VISIBLE_DEVICES=0)")
         self.distill = distill
         self._student_states: list[torch.Tensor] = []
         self._student_maps: list[torch.Tensor] = []

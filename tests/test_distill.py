@@ -100,6 +100,18 @@ def test_attention_loss_counts_real_queries_and_vanishes_at_the_teachers_maps():
     assert attention_sum([student, teacher], [teacher, teacher], mask).item() == pytest.approx(0.125, rel=1e-5)
 
 
+def test_one_process_on_several_gpus_is_refused_in_one_line():
+    """DataParallel scatters the batch and with it the step's loss counts: torchrun (DDP) is asked for."""
+    from types import SimpleNamespace
+
+    from kotune.core.errors import ConfigError
+    from kotune.distill_trainer import DistillLoss, DistillTrainer
+
+    with pytest.raises(ConfigError, match="torchrun --nproc_per_node=2") as e:
+        DistillTrainer.use(SimpleNamespace(args=SimpleNamespace(n_gpu=2)), DistillLoss("classes", 2.0, 0.5))
+    assert "\n" not in str(e.value)
+
+
 def test_layer_choices():
     from heads.model.student import choose_layers
     from kotune.core.errors import ConfigError
