@@ -118,7 +118,7 @@ def test_the_http_server_answers_as_predict_did(trained):
 
     import httpx
 
-    from bench.serve_speed import free_port, stop_server, wait_for_health
+    from bench.serving import free_port, stop_server, wait_for_health
 
     port, run_dir = free_port(), trained["root"] / "serve"
     proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "action=serve", f"checkpoint={trained['run']}", NAMED,

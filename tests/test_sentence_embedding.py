@@ -195,7 +195,7 @@ def test_kotune_load_answers_embeddings_and_embed_agrees(trained):
 def test_the_server_answers_post_embed(trained):
     import httpx
 
-    from bench.serve_speed import free_port, stop_server, wait_for_health
+    from bench.serving import free_port, stop_server, wait_for_health
 
     root, port = trained["root"], free_port()
     log = open(root / "serve.log", "w")

@@ -191,7 +191,7 @@ def test_the_server_answers_64_concurrent_requests_as_predict_does(demo, served)
     expected = [r["prediction"] for r in records(Path(predicted["run_dir"]))]
     assert len(expected) == N_REQUESTS and len(set(expected)) >= 2
 
-    from bench.serve_speed import free_port, stop_server, wait_for_health
+    from bench.serving import free_port, stop_server, wait_for_health
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -309,7 +309,7 @@ def health(url: str, timeout_s: float, proc: subprocess.Popen) -> dict:
 @pytest.fixture(scope="module")
 def guarded(demo):
     """A server with an API key (from the environment), a 1 s body time limit and a 1 s keep-alive."""
-    from bench.serve_speed import free_port, stop_server
+    from bench.serving import free_port, stop_server
 
     port, run_dir = free_port(), demo["root"] / "serve-guarded"
     proc = serve_process(demo["root"] / "train", run_dir, port, demo["cache"],
@@ -446,7 +446,7 @@ def test_dropped_clients_and_a_shutdown_with_requests_in_flight(demo):
 
     import httpx
 
-    from bench.serve_speed import free_port, stop_server
+    from bench.serving import free_port, stop_server
 
     port, run_dir = free_port(), demo["root"] / "serve-shutdown"
     proc = serve_process(demo["root"] / "train", run_dir, port, demo["cache"],
