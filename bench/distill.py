@@ -50,6 +50,8 @@ def options() -> argparse.Namespace:
     p.add_argument("--ks", default=None, help="student depths (default: half and a third of the teacher's layers)")
     p.add_argument("--temperature", type=float, default=2.0)
     p.add_argument("--alpha", type=float, default=0.5)
+    p.add_argument("--hidden-weight", type=float, default=0.0, help="distill.hidden_weight of the distilled arms")
+    p.add_argument("--attention-weight", type=float, default=0.0, help="distill.attention_weight of the distilled arms")
     p.add_argument("--unlabeled", action="store_true", help="also distil with the unlabelled news comments")
     p.add_argument("--unlabeled-ratio", type=float, default=1.0)
     p.add_argument("--task", default="hate", choices=("hate", "ner"),
@@ -109,13 +111,16 @@ def main() -> None:
                   *model_overrides("mini", a.model_dir, a.cache_dir), *recipe, f"train.seed={seed}",
                   f"distill.temperature={a.temperature}", "save_model=false"]
         for k in ks:
-            arms = {"distilled": [f"distill.alpha={a.alpha}"], "no teacher": ["distill.alpha=0"]}
+            soft = [f"distill.alpha={a.alpha}", f"distill.hidden_weight={a.hidden_weight}",
+                    f"distill.attention_weight={a.attention_weight}"]
+            arms = {"distilled": soft, "no teacher": ["distill.alpha=0"]}
             if a.unlabeled:
-                arms["distilled + unlabelled"] = [f"distill.alpha={a.alpha}", f"distill.unlabeled_file={corpus}",
+                arms["distilled + unlabelled"] = [*soft, f"distill.unlabeled_file={corpus}",
                                                   f"distill.unlabeled_ratio={a.unlabeled_ratio}"]
             for arm, extra in arms.items():
+                tag = settings_tag(a, layers=arm != "no teacher")
                 res = job([*distil, f"distill.student_layers={k}", *extra],
-                          os.path.join(out, f"k{k}_{arm.replace(' ', '_').replace('+', 'and')}"))
+                          os.path.join(out, f"k{k}_{arm.replace(' ', '_').replace('+', 'and')}{tag}"))
                 rows.setdefault(f"K={k} {arm}", []).append(res)
             alone = job([*data, *model_overrides("mini", a.model_dir, a.cache_dir), *recipe, f"train.seed={seed}",
                          f"model.config_overrides.num_hidden_layers={k}", "save_model=false"],
@@ -196,6 +201,16 @@ def served_latency(a, out: str, teacher: str, student_onnx: str, texts: list[str
           f"student_p50_ms={s['p50_ms']:.1f} student_p95_ms={s['p95_ms']:.1f}")
 
 
+def settings_tag(a, layers: bool) -> str:
+    """The run directories' suffix for settings other than the defaults (T, alpha; the layer losses
+    of the distilled arms): another setting into the same --out keeps the first setting's runs (a
+    job is rerun in place when its config differs)."""
+    parts = {"T": (a.temperature, 2.0), "alpha": (a.alpha, 0.5)}
+    if layers:
+        parts |= {"hidden": (a.hidden_weight, 0.0), "attention": (a.attention_weight, 0.0)}
+    return "".join(f"_{name}{value:g}" for name, (value, default) in parts.items() if value != default)
+
+
 def percent_of(scores: list[float], teacher: list[float]) -> float:
     """The mean score as a percentage of the teacher's mean (NaN where the teacher scores 0)."""
     return 100 * statistics.mean(scores) / statistics.mean(teacher) if statistics.mean(teacher) else float("nan")
@@ -207,7 +222,8 @@ def report(a, rows: dict[str, list[dict]], ks: list[int], seeds: list[int], teac
     scores = {name: [r["main_score"] for r in runs] for name, runs in rows.items()}
     teacher = scores["teacher"]
     lines = [f"{'KLUE NER (20 % of dev held out)' if a.task == 'ner' else 'hate speech dev'}, {metric} (mean ± sd over {len(seeds)} seeds), {a.steps} steps, lr {a.lr:g}, "
-             f"batch {a.batch}, T {a.temperature:g}, alpha {a.alpha:g}", "",
+             f"batch {a.batch}, T {a.temperature:g}, alpha {a.alpha:g}, hidden {a.hidden_weight:g}, "
+             f"attention {a.attention_weight:g}", "",
              "| model | layers | params | score | share of teacher | vs no teacher ± SE | vs alone ± SE | train wall s |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |",
              f"| teacher | {teacher_layers} | {rows['teacher'][0]['total_params']:,} | "

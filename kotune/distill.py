@@ -1,9 +1,9 @@
 """What ``action=distill`` adds to ``action=train`` (kotune/actions/train.py runs both): a teacher
-(a kotune run, checked as any checkpoint is), a student built from it (K of its layers, a narrower
-random encoder, or ``model=`` with the teacher's vocabulary), the teacher's logits on the training
-rows cached once (heads/model/teacher_cache.py), optionally unlabelled in-domain text the teacher
-labels, the loss of kotune/distill_trainer.py, and the teacher named in results.json with its score
-on the same split."""
+(a kotune run or an export of one, checked as predict checks it: kotune/distill_teacher.py), a
+student built from it (K of its layers, a narrower random encoder, or ``model=`` with the teacher's
+vocabulary), the teacher's logits on the training rows cached once (heads/model/teacher_cache.py),
+optionally unlabelled in-domain text the teacher labels, the loss of kotune/distill_trainer.py, and
+the teacher named in results.json with its score on the same split."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""``action=distill distill.teacher=RUN``: train a small student on a trained run's soft targets
+"""``action=distill distill.teacher=RUN_OR_EXPORT``: train a small student on a trained model's soft targets
 (docs/distillation.md). The student's run is ``action=train``'s (kotune/actions/train.py) with the
 teacher's pieces of kotune/distill.py: the same data, evaluation, checkpoints, resume, selection,
 calibration and saved model, so eval, predict, export, serve and sweeps read it as any run."""
