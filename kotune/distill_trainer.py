@@ -1,12 +1,14 @@
 """``action=distill``'s Trainer: kotune's (kotune/trainer.py) with the distillation loss
 
-    (1 − alpha) · task loss + alpha · soft-target loss (heads/distill_loss.py) [+ hidden · hidden-state loss]
+    (1 − alpha) · task loss + alpha · soft-target loss (heads/distill_loss.py)
+      [+ hidden · hidden-state loss + attention · attention loss]
 
 The soft targets are the batch's cached teacher logits (heads/model/teacher_cache.py): the teacher
 does not run during training, unless hidden-state or attention matching (``distill.hidden_weight``,
-``distill.attention_weight``) needs its layers' outputs at each step. Each term is a mean over its own items across the optimizer step's
-micro-batches: ``loss_counts`` appends the soft-target items (every row the teacher labelled,
-labelled or not) and the layer-matching items (real tokens × mapped layers) to the task's counts."""
+``distill.attention_weight``) needs its layers' outputs at each step. Each term is a mean over its
+own items across the optimizer step's micro-batches: ``loss_counts`` appends the soft-target items
+(every row the teacher labelled, labelled or not) and the layer-matching items (real tokens × mapped
+layers) to the task's counts."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
