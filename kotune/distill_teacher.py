@@ -18,6 +18,7 @@ from kotune.build import Encoder, load_checkpoint_side
 from kotune.core.atomic_dir import MANIFEST, settle, verify_manifest
 from kotune.core.errors import ConfigError
 
+
 def teacher_source_kind(path: str) -> str:
     from kotune.export.native_card import is_native_export
     from kotune.export.onnx import is_onnx_export
