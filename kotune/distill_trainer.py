@@ -11,6 +11,8 @@ own items across the optimizer step's micro-batches: ``loss_counts`` appends the
 layers) to the task's counts."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -55,7 +57,8 @@ class DistillTrainer(KotuneTrainer):
                               "show it one GPU (CUDA_VISIBLE_DEVICES=0)")
         self.distill = distill
         self._student_states: list[torch.Tensor] = []
-        self._student_maps: list[torch.Tensor] = []
+        self._student_maps = AttentionMaps.none()  # hooks fill them with an attention loss
+        self._teacher_maps = AttentionMaps.none()
         if distill.layered:
             distill.teacher_encoder.to(self.args.device)
 
@@ -66,16 +69,8 @@ class DistillTrainer(KotuneTrainer):
             for layer in layer_stack(self.model.encoder):
                 layer.register_forward_hook(keep)
         if distill.attention_weight > 0:
-            # the attention distributions come out of the eager attention only (SDPA's fused kernel keeps none)
-            for encoder in (self.model.encoder, distill.teacher_encoder):
-                encoder.set_attn_implementation("eager")
-
-            def keep_map(module, inputs, output) -> None:
-                if module.training:
-                    self._student_maps.append(output[1])
-
-            for layer in layer_stack(self.model.encoder):
-                self_attention(layer).register_forward_hook(keep_map)
+            self._student_maps = AttentionMaps(self.model.encoder, training_only=True)  # evaluation keeps none
+            self._teacher_maps = AttentionMaps(distill.teacher_encoder, recording=False)
 
     def _get_train_sampler(self, train_dataset=None):
         """Length-grouped batches from the rows' token counts, read at once (Trainer would read every
@@ -104,7 +99,8 @@ class DistillTrainer(KotuneTrainer):
         d = self.distill
         counts = num_items_in_batch if num_items_in_batch is not None else self.loss_counts({**inputs, COLUMN: teacher})
         counts = torch.as_tensor(counts).reshape(-1)
-        self._student_states, self._student_maps = [], []
+        self._student_states = []
+        self._student_maps.clear()
         outputs = model(**inputs, num_items_in_batch=counts[:-2])
         labels = {k: inputs[k] for k in self.model.head.label_fields}
         soft = soft_target_sum(d.kind, outputs["logits"], teacher, labels, d.temperature)
@@ -121,11 +117,10 @@ class DistillTrainer(KotuneTrainer):
         they were copied from, on the same batch."""
         d = self.distill
         attention = d.attention_weight > 0
-        with torch.no_grad():
+        with torch.no_grad(), self._teacher_maps.record():
             d.teacher_encoder.eval()
             out = d.teacher_encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                                    token_type_ids=inputs.get("token_type_ids"), output_hidden_states=True,
-                                    output_attentions=attention)
+                                    token_type_ids=inputs.get("token_type_ids"), output_hidden_states=True)
         mask, n = inputs["attention_mask"], len(d.layer_map)
         loss = mask.new_zeros((), dtype=torch.float)
         if d.hidden_weight > 0:  # hidden_states[0]: the embeddings
@@ -133,15 +128,61 @@ class DistillTrainer(KotuneTrainer):
                                                              [out.hidden_states[j + 1] for j in d.layer_map], mask)
         if attention:
             loss = loss + d.attention_weight * attention_sum(self._student_maps[-n:],
-                                                             [out.attentions[j] for j in d.layer_map], mask)
+                                                             [self._teacher_maps[j] for j in d.layer_map], mask)
         return loss
 
 
 def self_attention(layer: torch.nn.Module) -> torch.nn.Module:
-    """The module of a BERT-family layer that returns (output, attention distributions):
-    ``attention.self`` (BERT, RoBERTa, ELECTRA)."""
+    """The self-attention module of a BERT-family layer, ``attention.self`` (BERT, RoBERTa, ELECTRA):
+    its query and key projections give the layer's attention distributions (``AttentionMaps``)."""
     module = getattr(getattr(layer, "attention", None), "self", None)
-    if module is None:
-        raise ConfigError(f"distill.attention_weight: a {type(layer).__name__} has no attention.self module to read "
-                          "attention distributions from; set distill.attention_weight=0")
+    if module is None or not all(hasattr(module, a) for a in ("query", "key", "attention_head_size", "scaling")):
+        raise ConfigError(f"distill.attention_weight: a {type(layer).__name__} has no attention.self module with "
+                          "query and key projections to compute attention distributions from; "
+                          "set distill.attention_weight=0")
     return module
+
+
+class AttentionMaps(list):
+    """The attention distributions ([B, heads, query, key]) of each layer of ``encoder`` at its
+    forwards, in layer order: softmax(q·kᵀ · scaling + mask), recomputed from each self-attention
+    module's inputs. In training, the distributions a layer returns are those after attention dropout
+    (zeros, and the rest scaled by 1 / (1 − p)): matched against the teacher's (evaluation, no dropout),
+    a student identical to its teacher would be pulled away from it. TinyBERT matches the maps before
+    dropout; recomputing them also leaves both encoders on their fused attention (SDPA)."""
+
+    def __init__(self, encoder: torch.nn.Module, training_only: bool = False, recording: bool = True) -> None:
+        super().__init__()
+        self.training_only = training_only
+        self.recording = recording  # off: the teacher's forwards outside the loss (its score after training)
+        for layer in layer_stack(encoder) if encoder is not None else ():
+            self_attention(layer).register_forward_hook(self._keep, with_kwargs=True)
+
+    @classmethod
+    def none(cls) -> AttentionMaps:
+        """Hooked to no encoder (no attention loss): stays empty."""
+        return cls(None)
+
+    @contextmanager
+    def record(self) -> Iterator[None]:
+        """This forward's maps only, kept while the block runs."""
+        self.clear()
+        self.recording = True
+        try:
+            yield
+        finally:
+            self.recording = False
+
+    def _keep(self, module, args: tuple, kwargs: dict, output) -> None:
+        if not self.recording or (self.training_only and not module.training):
+            return
+        hidden = args[0] if args else kwargs["hidden_states"]
+        shape = (*hidden.shape[:-1], -1, module.attention_head_size)
+        query = module.query(hidden).view(shape).transpose(1, 2)
+        key = module.key(hidden).view(shape).transpose(1, 2)
+        scores = torch.matmul(query, key.transpose(2, 3)) * module.scaling
+        mask = kwargs.get("attention_mask")
+        if mask is not None:  # eager: added (0 or the dtype's minimum); SDPA: True where a key is seen
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool \
+                else scores + mask
+        self.append(torch.softmax(scores, dim=-1))

@@ -100,6 +100,40 @@ def test_attention_loss_counts_real_queries_and_vanishes_at_the_teachers_maps():
     assert attention_sum([student, teacher], [teacher, teacher], mask).item() == pytest.approx(0.125, rel=1e-5)
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_a_student_identical_to_its_teacher_has_no_attention_loss_with_dropout_on(attention):
+    """TinyBERT matches the attention maps before attention dropout: in training, the maps a layer
+    returns are dropped out (zeros, the rest scaled by 1 / (1 − p)), and a student identical to its
+    teacher (evaluation, no dropout) would have a loss of about p² · 0.1 / 0.9 per entry."""
+    import copy
+
+    from transformers import BertConfig, BertModel
+
+    from heads.distill_loss import attention_sum
+    from kotune.distill_trainer import AttentionMaps
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)
+    config._attn_implementation = attention
+    teacher = BertModel(config, add_pooling_layer=False).eval()
+    student = copy.deepcopy(teacher).train()
+    student_maps, teacher_maps = AttentionMaps(student, training_only=True), AttentionMaps(teacher, recording=False)
+    ids, mask = torch.randint(0, 50, (2, 6)), torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])
+    student(input_ids=ids, attention_mask=mask)
+    with torch.no_grad(), teacher_maps.record():
+        reference = teacher(input_ids=ids, attention_mask=mask, output_attentions=attention == "eager")
+    assert len(student_maps) == len(teacher_maps) == 2
+    assert attention_sum(student_maps, teacher_maps, mask).item() == pytest.approx(0.0, abs=1e-6)
+    if attention == "eager":  # the teacher's maps are those transformers returns in evaluation
+        for ours, theirs in zip(teacher_maps, reference.attentions):
+            torch.testing.assert_close(ours * mask[:, None, :, None], theirs * mask[:, None, :, None])
+    teacher(input_ids=ids, attention_mask=mask)  # outside the loss (the teacher's own score): nothing kept
+    assert len(teacher_maps) == 2
+    student.eval()(input_ids=ids, attention_mask=mask)  # evaluation keeps none
+    assert len(student_maps) == 2
+
+
 def test_one_process_on_several_gpus_is_refused_in_one_line():
     """DataParallel scatters the batch and with it the step's loss counts: torchrun (DDP) is asked for."""
     from types import SimpleNamespace
