@@ -16,6 +16,7 @@ from kotune.weighting import apply_class_weights, check_class_weights
 from tasks import build_task
 from tasks.base import EncodeSettings, Task
 from tasks.encode_cache import encode_cached
+from tasks.label_typos import warn_rare_labels
 from tasks.splits import Split, load_splits, require_data_files
 from kotune.core.errors import ConfigError
 from kotune.core.log import log, warn
@@ -191,7 +192,10 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
             use_saved_columns(task, read_spec(cfg.checkpoint).get("meta") or {}, cfg.checkpoint)
         splits = load_splits(task, cfg.data, need, int(cfg.train.seed), calibrate_fraction(cfg, need))
         if "train" in splits:  # the training data, with any slice held out to tune a decision on
-            task.fit_labels([ex for s in ("train", "tune", "calibrate") if s in splits for ex in splits[s].examples])
+            training = [ex for s in ("train", "tune", "calibrate") if s in splits for ex in splits[s].examples]
+            if task.labels is None:  # a label set learned from the file: a far rarer label is likely a typo
+                warn_rare_labels(task, training, splits["train"].where)
+            task.fit_labels(training)
             if "validation" in splits:
                 task.check_labels(splits["validation"].examples, splits["validation"].where)
         # seeded (torch, transformers) once the data is read, on seeds of its own: a mistake there answers first

@@ -43,8 +43,21 @@ def quote_non_ascii(argv: list[str]) -> list[str]:
         key, sep, value = arg.partition("=")
         if sep and not key.startswith("-") and not value.isascii() and not any(c in value for c in "'\"[]{}(),"):
             arg = f"{key}='{value}'"
+        elif sep and not key.startswith("-") and not value.isascii() and flat_list(value):
+            # data.labels=[긍정,부정]: each plain item quoted, as a plain value is
+            arg = f"{key}=[{','.join(repr_item(item) for item in value[1:-1].split(','))}]"
         out.append(arg)
     return out
+
+
+def flat_list(value: str) -> bool:
+    """``[a,b]`` with plain items: no quotes, brackets, braces or parentheses inside."""
+    return value.startswith("[") and value.endswith("]") and not any(c in value[1:-1] for c in "'\"[]{}()")
+
+
+def repr_item(item: str) -> str:
+    item = item.strip()
+    return item if item.isascii() else f"'{item}'"
 
 
 def search_range_overrides(argv: list[str]) -> list[str]:

@@ -163,6 +163,15 @@ class Task:
     def check_labels(self, examples: list[dict], path: str) -> None:
         """Tasks whose label set comes from the training data check other splits against it."""
 
+    # data.labels=[…] pins the label set of a task that otherwise learns it from the training file
+    # (tasks/splits.py pin_labels): a label outside it is refused where it is read
+    labels_pinnable: bool = False
+
+    def label_rows(self, examples: list[dict]) -> list[tuple[Any, list[str]]]:
+        """(row, its labels) per training example, for the rare-label warning (tasks/label_typos.py);
+        none for tasks whose labels are not learned as a set of names."""
+        return []
+
     def training_texts(self, examples: list[dict]) -> Iterable[str]:
         raise NotImplementedError
 

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from kotune.core.registry import register_task
-from tasks.metric_sets import classification_scores, sts_scores
+from tasks.metric_sets import classification_scores, regression_scores
 from tasks.base import EncodeSettings, LabelWithProbabilities, Task, TaskOption
 from kotune.core.errors import ConfigError, DataError
 from tasks.io import KNOWN_PAIR_COLUMNS, KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records, require_columns
@@ -60,10 +60,11 @@ class ClassificationTask(Task):
         for where, row in records:
             # no id column: file name and row, as token tasks do (the same rows have the same ids
             # wherever the file lies, so predictions line up with a copy without labels)
-            ex = {"id": str(row.get(cols.get("id") or "guid", f"{os.path.basename(path)}:{where}"))}
-            ex["text"] = self._text(path, where, field(path, where, row, cols.text))
+            ex = {"id": str(row.get(cols.get("id") or "guid", f"{os.path.basename(path)}:{where}")), "row": where}
+            ex["text"] = self._text(path, where, field(path, where, row, cols.text), self._column("text"))
             if cols.get("text_pair"):
-                ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair))
+                ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair),
+                                             self._column("text_pair"))
             if cols.get("group"):  # data.group_column: rows that stay on one side of any split
                 ex["group"] = str(field(path, where, row, cols.group))
             self.read_label(path, where, row, ex, labelled)
@@ -107,10 +108,11 @@ class ClassificationTask(Task):
         examples = []
         for i, row in enumerate(rows):
             where = f"row {i}"
-            ex = {"id": str(row.get("guid", i)),
-                  "text": self._text(path, where, field(path, where, row, cols.text))}
+            ex = {"id": str(row.get("guid", i)), "row": where,
+                  "text": self._text(path, where, field(path, where, row, cols.text), f"column '{cols.text}'")}
             if cols.get("text_pair"):
-                ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair))
+                ex["text_pair"] = self._text(path, where, field(path, where, row, cols.text_pair),
+                                             f"column '{cols.text_pair}'")
             raw = field(path, where, row, cols.label)
             ex["label"] = self._label(path, where, names[raw] if names else raw)
             examples.append(ex)
@@ -121,17 +123,22 @@ class ClassificationTask(Task):
         return ("text", "text_pair") if self.pair else ("text",)
 
     def request_examples(self, items: list[dict[str, str]], source: str = "request") -> list[dict]:
-        return [{"id": f"item {i}", **{k: self._text(source, f"item {i}", item.get(k)) for k in self.request_fields}}
+        return [{"id": f"item {i}", **{k: self._text(source, f"item {i}", item.get(k), f"field '{k}'")
+                                       for k in self.request_fields}}
                 for i, item in enumerate(items)]
 
     def holdout_group(self, example: dict) -> str | None:
         """Pairs that share their first text (an NLI premise, an STS sentence) split together."""
         return example["text"] if "text_pair" in example else None
 
+    def _column(self, role: str) -> str:
+        """A text role's column as messages name it: ``column 'review' (data.text_column)``."""
+        return f"column '{self.cfg.columns[role]}' ({self.column_options.get(role, 'task.columns.' + role)})"
+
     @staticmethod
-    def _text(path: str, where: str, value: Any) -> str:
+    def _text(path: str, where: str, value: Any, column: str) -> str:
         if not isinstance(value, str) or not value.strip():
-            raise DataError(path, where, f"empty or non-text value {value!r}")
+            raise DataError(path, where, f"empty or non-text value {value!r} in {column}")
         return value
 
     def _label(self, path: str, where: str, raw: Any):
@@ -166,11 +173,22 @@ class ClassificationTask(Task):
         if self.labels is None and not self.regression:
             self.labels = sorted({ex["label"] for ex in train if "label" in ex})
 
+    @property
+    def labels_pinnable(self) -> bool:  # a regression's label is a number: no set to pin
+        return not self.regression
+
+    def label_rows(self, examples: list[dict]) -> list[tuple[Any, list[str]]]:
+        if self.regression:
+            return []
+        return [(ex.get("row", f"id {ex['id']!r}"), ex["label"] if isinstance(ex["label"], list) else [ex["label"]])
+                for ex in examples if "label" in ex]
+
     def check_labels(self, examples: list[dict], path: str) -> None:
         """For label sets learned from training data: validation labels must be among them."""
         for ex in examples:
             if "label" in ex and not self.regression and ex["label"] not in self.labels:
-                raise DataError(path, ex["id"], f"unknown label '{ex['label']}' (training labels: "
+                # the row where the file has one (an id is the file's name and row, or its own id column)
+                raise DataError(path, ex.get("row", f"id {ex['id']!r}"), f"unknown label '{ex['label']}' (training labels: "
                                                 f"{', '.join(self.labels)})")
 
     def training_texts(self, examples: list[dict]) -> Iterable[str]:
@@ -260,7 +278,7 @@ class ClassificationTask(Task):
     def score(self, outputs: list[Any], examples: list[dict]) -> dict[str, float]:
         golds = [ex["label"] for ex in examples]
         if self.regression:
-            return sts_scores(outputs, golds, float(self.cfg.get("threshold", 3.0)))
+            return regression_scores(outputs, golds, self.cfg.get("threshold"))  # F1 only where a threshold is set
         return classification_scores(outputs, golds, labels=self.labels)
 
     def prediction_records(self, outputs: list[Any], examples: list[dict]) -> list[dict]:

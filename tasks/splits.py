@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from kotune.core.errors import ConfigError, DataError
 from kotune.core.files import sha256_of
@@ -85,6 +85,7 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int,
     use_files = any(files[s] for s in ("train", "validation"))
     task.reading = ReadOptions(data.get("format"), data.get("quoting"))
     task.use_columns(data)
+    pin_labels(task, data)
     out: dict[str, Split] = {}
     if "predict" in need:
         if not files["predict"]:
@@ -111,6 +112,29 @@ def load_splits(task: Task, data: DictConfig, need: tuple[str, ...], seed: int,
         if not s.examples:
             raise DataError(s.where, None, f"no examples in the {split} split")
     return out
+
+
+def pin_labels(task: Task, data: DictConfig) -> None:
+    """``data.labels=[a,b]``: the label set, in the model's class order, instead of the one learned from
+    the training file; a row with any other label is then refused where it is read (its file and row)."""
+    wanted = data.get("labels")
+    if wanted is None:
+        return
+    names = [str(name) for name in wanted] if not isinstance(wanted, (str, int, float)) else []
+    if not names:
+        raise ConfigError(f"data.labels={wanted}: a list of label names is needed, e.g. data.labels=[긍정,부정]")
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"data.labels=[{','.join(names)}] names '{twice}' twice")
+    if not task.labels_pinnable:
+        raise ConfigError(f"data.labels=[{','.join(names)}]: task {task.name} has no label set to pin (it applies to "
+                          "text_cls, text_pair, multi_label and the other single- and multi-label classifiers)")
+    if task.labels is not None and list(task.labels) != names:
+        raise ConfigError(f"data.labels=[{','.join(names)}] differs from task {task.name}'s labels "
+                          f"[{','.join(task.labels)}] (its task.labels, or the checkpoint's, in the model's order)")
+    task.labels = names
+    with open_dict(task.cfg):  # saved with the model as any task.labels is
+        task.cfg.labels = names
 
 
 def _split_settings(data: DictConfig, need: tuple[str, ...]) -> _SplitSettings:
