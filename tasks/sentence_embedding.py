@@ -11,7 +11,8 @@ A file's *shape* comes from its columns, and picks the loss and the metrics:
   among every positive and negative of the file;
 - **NLI pairs** (a pair with ``gold_label``/``label`` entailment | neutral | contradiction; KorNLI,
   KLUE NLI): each premise's entailed hypothesis is its positive and its contradiction the hard
-  negative (SimCSE, KoSBERT); neutral pairs are not used; then as triplets;
+  negative, and the other way round (sentence-transformers' NLI recipe; SimCSE, KoSBERT); neutral
+  pairs are not used; then as triplets;
 - **queries** (``query`` and ``relevant``: a list of relevant document texts, or ``positive``; an
   optional ``negative``): as triplets, the documents of all rows forming the corpus.
 
@@ -279,22 +280,27 @@ def retrieval_sets(examples: list[dict]) -> tuple[list[str], list[set[str]]]:
 
 
 def nli_triplets(path: str, pairs: list[dict]) -> list[dict]:
-    """Labelled NLI pairs → (premise, entailed hypothesis, contradicted hypothesis) triplets: per
-    premise, its i-th entailment with its i-th contradiction (the shorter list cycled); premises
-    without both are left out, counted in the log."""
-    by_premise: dict[str, dict[str, list]] = {}
+    """Labelled NLI pairs → triplets as sentence-transformers' NLI recipe (training_nli_v2) builds
+    them: each pair counts in both directions (a hypothesis is also an anchor, the premise its
+    entailed or contradicted text), and each anchor with both an entailed text e and a contradicted
+    one c gives (anchor, e, c) and (e, anchor, c). Per anchor, its i-th entailment goes with its i-th
+    contradiction (the shorter list cycled; the recipe draws one of each at random); anchors without
+    both are left out (premises counted in the log)."""
+    by_anchor: dict[str, dict[str, dict[str, str]]] = {}  # anchor → label → text → the pair's id (texts deduplicated)
     for p in pairs:
-        by_premise.setdefault(p["text"], {label: [] for label in NLI_LABELS})[p["score"]].append(p)
+        for anchor, other in ((p["text"], p["text_pair"]), (p["text_pair"], p["text"])):
+            by_anchor.setdefault(anchor, {label: {} for label in NLI_LABELS})[p["score"]].setdefault(other, p["id"])
+    premises = {p["text"] for p in pairs}
     out, left_out = [], 0
-    for premise, hyps in by_premise.items():
-        positives, negatives = hyps["entailment"], hyps["contradiction"]
+    for anchor, texts in by_anchor.items():
+        positives, negatives = list(texts["entailment"].items()), list(texts["contradiction"].items())
         if not positives or not negatives:
-            left_out += 1
+            left_out += anchor in premises  # a hypothesis is seldom an anchor: not worth a word
             continue
         for i in range(max(len(positives), len(negatives))):
-            pos, neg = positives[i % len(positives)], negatives[i % len(negatives)]
-            out.append({"id": pos["id"], "shape": "nli", "anchor": premise, "positive": pos["text_pair"],
-                        "negative": neg["text_pair"]})
+            (pos, pair_id), (neg, _) = positives[i % len(positives)], negatives[i % len(negatives)]
+            out.append({"id": pair_id, "shape": "nli", "anchor": anchor, "positive": pos, "negative": neg})
+            out.append({"id": f"{pair_id}:reversed", "shape": "nli", "anchor": pos, "positive": anchor, "negative": neg})
     if left_out:
         log(f"{path}: {left_out} premise(s) without both an entailed and a contradicted hypothesis left out")
     if not out:

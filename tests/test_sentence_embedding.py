@@ -261,17 +261,34 @@ def test_triplets_nli_pairs_and_queries_train_with_in_batch_negatives(tmp_path, 
     assert res["stages"][0]["shape"] == "nli" and res["stages"][0]["loss"] == "mnrl"
 
 
-def test_nli_pairs_become_premise_entailment_contradiction_triplets(tmp_path):
+def test_nli_pairs_become_triplets_in_both_directions(tmp_path):
+    """sentence-transformers' NLI recipe: (anchor, entailed, contradicted) and (entailed, anchor,
+    contradicted); a pair counts both ways, so a hypothesis entailed by one sentence and contradicted
+    by another is an anchor of its own."""
     from tasks import build_task
 
     task = build_task(compose(["task=sentence_embedding"]).task)
     rows = [("전제 A", "함의 A", "entailment"), ("전제 A", "중립 A", "neutral"), ("전제 A", "모순 A", "contradiction"),
             ("전제 B", "함의 B", "entailment"), ("전제 C", "함의 C1", "entailment"), ("전제 C", "함의 C2", "entailment"),
-            ("전제 C", "모순 C", "contradiction")]
+            ("전제 C", "모순 C", "contradiction"), ("전제 D", "함의 A", "contradiction")]
     path = tmp_path / "nli.tsv"
     path.write_text("sentence1\tsentence2\tgold_label\n" + "".join(f"{a}\t{b}\t{c}\n" for a, b, c in rows), encoding="utf-8")
     got = [(ex["anchor"], ex["positive"], ex["negative"]) for ex in task.read_file(str(path))]
-    assert got == [("전제 A", "함의 A", "모순 A"), ("전제 C", "함의 C1", "모순 C"), ("전제 C", "함의 C2", "모순 C")]
+    assert got == [("전제 A", "함의 A", "모순 A"), ("함의 A", "전제 A", "모순 A"),
+                   ("함의 A", "전제 A", "전제 D"), ("전제 A", "함의 A", "전제 D"),
+                   ("전제 C", "함의 C1", "모순 C"), ("함의 C1", "전제 C", "모순 C"),
+                   ("전제 C", "함의 C2", "모순 C"), ("함의 C2", "전제 C", "모순 C")]
+
+
+@pytest.mark.slow
+def test_kornli_xnli_test_gives_the_recipes_triplet_count():
+    """The 5,010 pairs of KorNLI's XNLI test: 1,670 premises, each with one entailment and one
+    contradiction; sentence-transformers' recipe makes 2 triplets of each, 3,340."""
+    from tasks import build_task
+
+    path = shared_path("data/kornli/xnli.test.ko.tsv")
+    task = build_task(compose(["task=sentence_embedding"]).task)
+    assert len(task.read_file(str(path))) == 3340
 
 
 def test_two_stages_train_one_model_in_turn(tmp_path, cache_dir):
