@@ -33,6 +33,9 @@ def checkpoint_model_dir(path: str) -> str:
                           "directory or its model/); action=predict, eval and serve read an export")
     for candidate in (path, os.path.join(path, "model")):
         if os.path.exists(os.path.join(candidate, SPEC_FILE)):
+            from heads.model.artifact import check_inside
+
+            check_inside(path, candidate)  # RUN/model linked out of RUN: another directory's files
             return candidate
     raise KotuneError(f"checkpoint={path}: no saved model there (expected {path}/model/{SPEC_FILE})")
 
@@ -49,6 +52,7 @@ def read_spec(path: str, registry: bool = True) -> dict:
     folder = path if export else checkpoint_model_dir(path)
     spec_file = os.path.join(folder, EXPORT_FILE if export else SPEC_FILE)
     where = f"checkpoint {path}: {os.path.relpath(spec_file, path)}"
+    check_files(folder, f"checkpoint {path}")  # before any file is opened: a link out of the folder is refused
     try:
         with open(spec_file, encoding="utf-8") as f:
             spec = json.load(f)
@@ -57,7 +61,6 @@ def read_spec(path: str, registry: bool = True) -> dict:
     check_preset_names(spec, where)
     (check_export_spec if export else check_model_spec)(spec, where, registry)
     check_task_options(spec, where)
-    check_files(folder, f"checkpoint {path}")
     return spec
 
 
@@ -154,6 +157,21 @@ def hydra_value(value) -> str | None:
     return None
 
 
+def override_text(value: str) -> str | None:
+    """An override's value as the one string Hydra reads from it (``'/runs/fold=0'`` → the path,
+    quotes and backslash escapes undone); None for a sweep, a list or what Hydra cannot parse."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_override(f"key={value}")
+    except Exception:  # noqa: BLE001 - a malformed value: Hydra names it when it composes
+        return None
+    if parsed.is_sweep_override():
+        return None
+    text = parsed.value()
+    return text if isinstance(text, str) else None
+
+
 def checkpoint_overrides(overrides: list[str]) -> list[str]:
     """``checkpoint=RUN`` and no ``task=`` / ``model=`` / ``mode=``: the checkpoint's presets
     first, then its saved task options (``Task.saved_options``) that the overrides do not set, so
@@ -165,7 +183,10 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
     teacher = not path or path == "null"  # action=distill's teacher lends its task the same way, not its mode
     if teacher:
         path = given.get("distill.teacher", "")
-    if not path or path == "null" or any(c in path for c in ",()"):
+    if not path or path == "null":
+        return overrides
+    path = override_text(path)  # quoted or escaped as Hydra's grammar wants it (kotune.overrides.quote_paths)
+    if not path:  # a sweep over checkpoints: each job reads its own
         return overrides
     if teacher and "task" not in given:
         from kotune.export.native_card import card_task, is_native_export

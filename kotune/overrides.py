@@ -2,7 +2,8 @@
 line (kotune/cli.py) and for jobs composed in-process (:func:`compose`), so both read
 ``checkpoint=RUN`` alike:
 
-- ``model.config_overrides.X=V`` (open dicts) without Hydra's ``++``; non-ASCII values quoted;
+- ``model.config_overrides.X=V`` (open dicts) without Hydra's ``++``; non-ASCII values quoted, and
+  paths that Hydra's grammar would misread (``checkpoint=runs/fold=0``);
 - ``checkpoint=RUN`` brings the task, task options, model and mode it was trained with
   (kotune/checkpoint.py);
 - ``hydra.sweeper.params.KEY=RANGE`` (Hydra refuses to sweep its own config) read as ``KEY=RANGE``,
@@ -16,7 +17,7 @@ import difflib
 import os
 from typing import Any
 
-from kotune.checkpoint import checkpoint_overrides, override_key
+from kotune.checkpoint import checkpoint_overrides, hydra_value, override_key, override_text
 from kotune.config import CONF_DIR
 from kotune.core.log import log
 
@@ -60,6 +61,21 @@ def repr_item(item: str) -> str:
     return item if item.isascii() else f"'{item}'"
 
 
+def quote_paths(argv: list[str]) -> list[str]:
+    """A value that is an existing path (with a ``/``, or a directory) quoted for Hydra's override grammar, which
+    reads ``=``, ``,``, brackets and spaces as syntax: kotune's own fold and sweep directories
+    (``checkpoint=runs/fold=0``, ``…/0_lr=0.000343,bs=16``) are then one path, not a parse error or a
+    sweep. Quoted or escaped values stay as typed (a quoted one is not an existing path)."""
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and not key.startswith("-") and ("/" in value and os.path.exists(value) or os.path.isdir(value)) \
+                and override_text(value) != value and hydra_value(value) is not None:
+            arg = f"{key}={hydra_value(value)}"
+        out.append(arg)
+    return out
+
+
 def search_range_overrides(argv: list[str]) -> list[str]:
     """``hydra.sweeper.params.train.learning_rate='tag(log, interval(3e-4,3e-3))'`` — what one
     would write to change a search preset's range — becomes ``train.learning_rate=tag(…)``, the
@@ -82,7 +98,7 @@ def job_overrides(overrides: list[str]) -> list[str]:
     from kotune.plugins import load_plugins, named_in
 
     load_plugins(named_in(overrides))
-    return checkpoint_overrides(open_dict_overrides(quote_non_ascii(search_range_overrides(overrides))))
+    return checkpoint_overrides(open_dict_overrides(quote_non_ascii(quote_paths(search_range_overrides(overrides)))))
 
 
 def compose(overrides: list[str], config_dir: str = CONF_DIR):

@@ -33,7 +33,8 @@ def swept_keys(argv: list[str]) -> list[str]:
     """The keys of the sweep overrides in ``argv`` (``train.seed=1,2`` → ``train.seed``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    plain = [a for a in argv if "=" in a and not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    plain = [a for a in argv if "=" in a and not a.startswith("-") and not a.lstrip("+~").startswith("hydra")
+             and not os.path.exists(a.partition("=")[2])]  # a path with '=' or ',' (a fold's run directory) is no sweep
     try:
         parsed = OverridesParser.create().parse_overrides(plain)
     except Exception:  # noqa: BLE001 - Hydra reports a malformed override itself
