@@ -91,10 +91,13 @@ def check_preset_names(spec, where: str) -> None:
     heads/model/artifact.py checks that it is a plain name; it becomes ``model=`` only when a preset."""
     from heads.model.artifact import ArtifactError, shown
 
-    from kotune.plugins import loaded
+    from kotune.plugins import broken_plugin, loaded
 
     meta = spec.get("meta") if isinstance(spec, dict) else None
     plugin = meta.get("plugin") if isinstance(meta, dict) else None
+    failed = broken_plugin(plugin) if isinstance(plugin, str) else None
+    if failed:  # installed, but its import raised: that error, not "install it"
+        raise ArtifactError(f"{where}: its task {shown(meta.get('task'))} comes from the plug-in {shown(plugin)}: {failed}")
     if isinstance(plugin, str) and not loaded(plugin):  # never imported from here: named by the user only
         raise ArtifactError(f"{where}: its task {shown(meta.get('task'))} comes from the plug-in {shown(plugin)}, "
                             f"which is not loaded here: install its package (entry point kotune.plugins), or add "

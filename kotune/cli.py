@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from kotune.config import CONF_DIR, GROUPS
 from kotune.job import execute, finished_results
-from kotune.plugins import load_plugins, named_in, preset_names
+from kotune.plugins import broken_preset, load_plugins, named_in, preset_names
 from kotune.overrides import bad_override, job_overrides, open_dict_overrides  # noqa: F401 (bench/ imports it here)
 from kotune.runtime import quiet_libraries, release_memory
 from kotune.sweeps.naming import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
@@ -118,6 +118,10 @@ def sweep_id(argv: list[str]) -> str:
 
 def shared_run_dir(argv: list[str]) -> list[str]:
     """Under torchrun every process composes its own config: the default run directory's
+            failed = broken_preset(key, v)  # a preset of an installed plug-in whose import raised
+            if failed:
+                print(f"error: {key}={v}: {failed}", file=sys.stderr)
+                sys.exit(2)
     timestamp could differ between them (rank 0's results and model in one directory, another
     rank's checkpoint files in another). Without an explicit ``hydra.run.dir`` the processes of
     one launch share ``<date>_torchrun-<launcher pid>`` instead."""

@@ -22,10 +22,13 @@ import sys
 
 from kotune.config import CONF_DIR
 from kotune.core.errors import ConfigError
+from kotune.core.log import warn
 
 ENTRY_POINT_GROUP = "kotune.plugins"
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _loaded: dict[str, str] = {}  # module → how it was named (entry point / plugins=)
+_broken: dict[str, str] = {}  # installed entry point → why it did not load
+ENTRY_POINT = f"entry point in '{ENTRY_POINT_GROUP}'"
 
 
 def entry_point_modules() -> list[str]:
@@ -47,21 +50,65 @@ def named_in(argv: list[str]) -> list[str]:
 
 def load_plugins(modules: list[str] = ()) -> list[str]:
     """Import the installed entry points and ``modules`` (once each); returns every plug-in module
-    loaded so far. A name that is not a module path, or a module that fails to import, is one line."""
-    wanted = [(m, f"entry point in '{ENTRY_POINT_GROUP}'") for m in entry_point_modules()]
+    loaded so far. A name that is not a module path, or a ``plugins=`` module that fails to import
+    (whatever it raises), is one line. An installed entry point that fails is one warning, and jobs
+    that do not need it go on: one that does (its task, its checkpoint) names its error
+    (:func:`broken_plugin`)."""
+    wanted = [(m, ENTRY_POINT) for m in entry_point_modules()]
     wanted += [(str(m), "plugins=") for m in modules]
     for module, how in wanted:
-        if module in _loaded:
+        if module in _loaded or (how == ENTRY_POINT and module in _broken):
             continue
         if not MODULE.fullmatch(module):
             raise ConfigError(f"plugins: {module!r} is not a module name (a dotted Python module path)")
+        if module in _broken:  # named by plugins= now: a failed entry point is not imported twice
+            raise ConfigError(f"plugins={module}: {_broken[module]}")
         try:
             importlib.import_module(module)
-        except ImportError as e:
-            raise ConfigError(f"plugins: cannot import '{module}' (named by {how}): {e}; install the package, "
-                              "or put it on PYTHONPATH") from None
+        except Exception as e:  # noqa: BLE001 - a plug-in's own bug (RuntimeError, SyntaxError...) too: one line naming it
+            if how == ENTRY_POINT:  # installed, not asked for: the jobs that do not need it go on
+                _broken[module] = (f"the installed plug-in '{module}' ({how}) failed to load: {error_line(e)}")
+                warn(f"{_broken[module]}; only jobs that need it stop")
+                continue
+            if isinstance(e, ImportError):
+                raise ConfigError(f"plugins: cannot import '{module}' (named by {how}): {e}; install the package, "
+                                  "or put it on PYTHONPATH") from None
+            raise ConfigError(f"plugins: '{module}' (named by {how}) failed while importing: {error_line(e)}") from None
         _loaded[module] = how
     return sorted(_loaded)
+
+
+def error_line(e: BaseException) -> str:
+    """An exception as one line: its type, its first line, and where a SyntaxError is."""
+    text = (str(e).strip().splitlines() or [""])[0]
+    if isinstance(e, SyntaxError) and e.filename:
+        text = f"{e.msg} ({e.filename}, line {e.lineno})"
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def broken_plugin(module: str) -> str | None:
+    """Why the installed plug-in that holds ``module`` (a checkpoint's ``meta.plugin``) failed to load,
+    or None."""
+    return next((why for m, why in _broken.items() if module == m or module.startswith(m + ".")), None)
+
+
+def broken_preset(group: str, name: str) -> str | None:
+    """Why the failed installed plug-in whose presets folder has ``group/name.yaml`` (found without
+    importing it) did not load, or None: ``task=`` of a plug-in that failed is its error, not an
+    unknown name."""
+    from importlib.util import find_spec
+
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", str(name)):
+        return None
+    for module, why in _broken.items():
+        try:
+            spec = find_spec(module.partition(".")[0])  # a top-level package: located, not run
+        except (ImportError, ValueError):
+            continue
+        origin = getattr(spec, "origin", None)
+        if origin and os.path.isfile(os.path.join(os.path.dirname(origin), "conf", group, f"{name}.yaml")):
+            return why
+    return None
 
 
 def loaded(module: str) -> bool:
