@@ -4,8 +4,10 @@ Every module logs through :func:`log` (or the logger itself); nothing threads a 
 around. Silence it with ``logging.getLogger("kotune").setLevel(logging.WARNING)``."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 
 from kotune.core.redact import mask_credentials
 
@@ -63,3 +65,18 @@ def log(msg: str) -> None:
 
 def warn(msg: str) -> None:
     logger.warning(f"warning: {msg}")
+
+
+@contextlib.contextmanager
+def quieted(*names: str, level: int = logging.WARNING) -> Iterator[None]:
+    """The named loggers at ``level`` or above while the block runs: a library's notes that kotune's
+    own log says better, or that contradict it (each logger's own level comes back after)."""
+    loggers = [logging.getLogger(name) for name in names]
+    before = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(max(lg.getEffectiveLevel(), level))
+    try:
+        yield
+    finally:
+        for lg, old in zip(loggers, before):
+            lg.setLevel(old)
