@@ -35,6 +35,8 @@ def summary(results: dict) -> str:
     for k, v in (results.get("metrics") or {}).items():
         mark = " *" if k == results.get("main_metric") else ""
         rows.append((k + mark, f"{v:.2f}" if isinstance(v, float) else str(v)))
+    if results.get("export_dir"):  # action=export: where the next command finds it
+        rows.append(("export_dir", str(results["export_dir"])))
     for k in ("n_train", "n_eval", "trainable_params", "train_samples_per_second", "runtime_s"):
         if results.get(k) is not None:
             v = results[k]

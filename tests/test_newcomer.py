@@ -140,3 +140,110 @@ def test_an_empty_text_names_its_column(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {train}:3: empty or non-text value ' ' in column 'review' (data.text_column)"], \
         proc.stderr[-800:]
+
+
+# ---- 3. action=eval checkpoint=RUN on the run's own validation data ---------------------------
+SAMPLE = Path(__file__).resolve().parents[1] / "tasks" / "samples" / "text_cls"
+TINY = ["task=text_cls", "model=tiny", "train.max_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, cache_dir) -> dict:
+    """Two tiny runs on copies of the text_cls sample: one scored on a dev file, one on a held-out
+    share of its training file (a seed of its own)."""
+    from kotune.job import execute
+    from kotune.runtime import quiet_libraries
+
+    quiet_libraries()
+    root = tmp_path_factory.mktemp("newcomer")
+    train, dev = root / "train.tsv", root / "dev.tsv"
+    shutil.copy(SAMPLE / "train.tsv", train)
+    shutil.copy(SAMPLE / "dev.tsv", dev)
+    out = {"root": root, "train": train, "dev": dev, "cache": cache_dir}
+    for name, data in (("file", [f"data.train_file={train}", f"data.validation_file={dev}"]),
+                       ("split", [f"data.train_file={train}", "data.validation_split=0.25", "train.seed=7"])):
+        res = execute(compose([*TINY, *data, f"cache_dir={cache_dir}"]), str(root / name))
+        assert res["status"] == "ok", res.get("error")
+        out[name] = res
+    return out
+
+
+def cli_eval(runs: dict, checkpoint: Path, name: str, *extra: str):
+    return run_cli_here(["action=eval", f"checkpoint={checkpoint}", f"cache_dir={runs['cache']}", *extra,
+                         f"hydra.run.dir={runs['root'] / name}"])
+
+
+def test_the_cli_rescoring_a_run_reads_its_own_validation_file(runs):
+    proc = cli_eval(runs, runs["root"] / "file", "eval-file")
+    assert proc.returncode == 0, proc.stderr[-800:]
+    res = json.loads((runs["root"] / "eval-file" / "results.json").read_text(encoding="utf-8"))
+    assert res["metrics"] == pytest.approx(runs["file"]["metrics"]) and res["n_eval"] == runs["file"]["n_eval"]
+    assert res["data"]["validation"]["file"] == str(runs["dev"])
+
+
+def test_a_split_run_is_rescored_on_the_same_held_out_rows_from_the_cli_and_the_api(runs):
+    import kotune
+
+    proc = cli_eval(runs, runs["root"] / "split" / "model", "eval-split")
+    assert proc.returncode == 0, proc.stderr[-800:]
+    res = json.loads((runs["root"] / "eval-split" / "results.json").read_text(encoding="utf-8"))
+    assert res["n_eval"] == runs["split"]["n_eval"] == 20  # a quarter of the 80 rows, not all of them
+    assert res["metrics"] == pytest.approx(runs["split"]["metrics"])
+    ids = lambda d: [json.loads(line)["id"] for line in (d / "predictions.jsonl").open(encoding="utf-8")]  # noqa: E731
+    assert ids(runs["root"] / "eval-split") == ids(runs["root"] / "split")
+    metrics = kotune.evaluate(runs["root"] / "split", run_dir=runs["root"] / "api-split")
+    assert dict(metrics) == pytest.approx(runs["split"]["metrics"]) and metrics.results["n_eval"] == 20
+
+
+@pytest.mark.parametrize("how", ["changed", "removed"])
+def test_a_changed_or_missing_validation_file_is_refused_in_one_line_by_cli_and_api(how, runs, tmp_path):
+    import kotune
+    from kotune.api import RunFailed
+
+    run = tmp_path / "run"
+    shutil.copytree(runs["root"] / "file", run)
+    dev = tmp_path / "dev.tsv"
+    shutil.copy(runs["dev"], dev)
+    results = json.loads((run / "results.json").read_text(encoding="utf-8"))
+    results["data"]["validation"]["file"] = str(dev)
+    (run / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    if how == "changed":  # one label flipped: the same name, other contents
+        dev.write_text(dev.read_text(encoding="utf-8").replace("긍정", "부정", 1), encoding="utf-8")
+    else:
+        dev.unlink()
+    proc = run_cli_here(["action=eval", f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'eval'}"])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-800:]
+    assert f"was scored on {dev}" in errors[0] and "data.validation_file=FILE" in errors[0]
+    assert ("has changed since" if how == "changed" else "not there") in errors[0]
+    with pytest.raises(RunFailed, match="data.validation_file=FILE"):
+        kotune.evaluate(run, run_dir=tmp_path / "api")
+
+
+def test_a_recorded_value_of_the_wrong_kind_is_one_line(runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(runs["root"] / "split", run)
+    results = json.loads((run / "results.json").read_text(encoding="utf-8"))
+    results["data"]["validation"]["validation_split"] = "0.25; rm -rf /"
+    (run / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    proc = run_cli_here(["action=eval", f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'eval'}"])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and errors and "data.validation.validation_split" in errors[0], proc.stderr[-800:]
+
+
+# ---- 4. the export's default folder ----------------------------------------------------------
+def test_an_export_without_export_dir_lands_beside_its_checkpoint_and_is_printed(runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(runs["root"] / "file", run)
+    proc = run_cli_here(["action=export", f"checkpoint={run}", "export.format=onnx",
+                         f"hydra.run.dir={tmp_path / 'export-job'}"])
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert (run / "onnx" / "model.onnx").is_file() and not (tmp_path / "export-job" / "onnx").exists()
+    printed = [line.split() for line in proc.stdout.splitlines() if line.strip().startswith("export_dir")]
+    assert printed == [["export_dir", str(run / "onnx")]]
+    # the next command of docs/distillation.md: the export is a checkpoint
+    served = run_cli_here(["action=eval", f"checkpoint={run / 'onnx'}", f"data.validation_file={runs['dev']}",
+                           f"hydra.run.dir={tmp_path / 'eval-onnx'}"])
+    assert served.returncode == 0, served.stderr[-800:]
+    native = run_cli_here(["action=export", f"checkpoint={run / 'model'}", f"hydra.run.dir={tmp_path / 'native-job'}"])
+    assert native.returncode == 0 and (run / "hf" / "config.json").is_file(), native.stderr[-800:]

@@ -1,8 +1,8 @@
 """``action=export checkpoint=RUN``: the model in the registered export format ``export.format`` names
 (kotune/core/backends.py's Exporter; a plug-in adds one with ``kotune.register_exporter``): by default as
-its architecture's native transformers class in ``export.dir`` (default: <run dir>/hf; kotune/export/native.py,
-a one-line refusal for a head with no exact native equivalent), or with ``export.format=onnx`` as an
-ONNX Runtime directory (default: <run dir>/onnx; ``export.quantize=int8`` adds onnxruntime's dynamic
+its architecture's native transformers class in ``export.dir`` (default: beside the checkpoint, RUN/hf;
+kotune/export/native.py, a one-line refusal for a head with no exact native equivalent), or with
+``export.format=onnx`` as an ONNX Runtime directory (default: RUN/onnx; ``export.quantize=int8`` adds onnxruntime's dynamic
 int8 model; kotune/export/onnx.py).
 Every export gets a model card (README.md, kotune/export/model_card.py); ``export.push_to_hub=USER/NAME``
 uploads the directory. The directory appears whole or not at all, with ``kotune_manifest.json``
@@ -49,7 +49,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         raise ConfigError("action=export needs checkpoint=RUN_DIR (a directory written by action=train)")
     exporter = exporter_for(cfg.export)
     model_dir = checkpoint_model_dir(cfg.checkpoint)
-    out_dir = str(cfg.export.get("dir") or os.path.join(run_dir, exporter.default_dir))
+    out_dir = str(cfg.export.get("dir") or default_export_dir(model_dir, exporter))
     check_destination(out_dir, model_dir, bool(cfg.export.get("overwrite")))
     saved = read_spec(model_dir)
 
@@ -64,6 +64,16 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         res["pushed"] = push_to_hub(out_dir, str(cfg.export.push_to_hub), bool(cfg.export.get("private")))
         log(f"pushed {out_dir} to {res['pushed']}")
     return {**res, "checkpoint": cfg.checkpoint, "metrics": {}}
+
+
+def default_export_dir(model_dir: str, exporter: Exporter) -> str:
+    """Where an export goes without ``export.dir``: beside the checkpoint, ``RUN/<the format's folder>``
+    (RUN/hf, RUN/onnx) for ``checkpoint=RUN`` or ``RUN/model``, so the next command can name it
+    (``action=serve checkpoint=RUN/onnx``); a model folder of another name gets a sibling, NAME-onnx."""
+    model_dir = os.path.normpath(model_dir)
+    if os.path.basename(model_dir) == "model":
+        return os.path.join(os.path.dirname(model_dir), exporter.default_dir)
+    return f"{model_dir}-{exporter.default_dir}"
 
 
 def check_destination(out_dir: str, model_dir: str, overwrite: bool) -> None:

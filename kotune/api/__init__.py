@@ -11,7 +11,6 @@ line would print; its ``results.json`` stays in the run directory.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -94,26 +93,14 @@ def checkpoint_path(run_or_path: Run | str | os.PathLike) -> str:
     return path
 
 
-def evaluation_file(path: str) -> str | None:
-    """The validation file a run directory's results.json names (what it was scored on), if local."""
-    results = Path(path) / "results.json"
-    if not results.is_file():
-        return None
-    with contextlib.suppress(ValueError, OSError, AttributeError, TypeError):
-        found = (json.loads(results.read_text(encoding="utf-8")).get("data") or {}).get("validation") or {}
-        if found.get("file") and os.path.isfile(found["file"]):
-            return str(found["file"])
-    return None
-
-
 def evaluate(run_or_path: Run | str | os.PathLike, data: str | os.PathLike | None = None, *overrides: str,
              run_dir: str | os.PathLike | None = None, **kw: Any) -> Metrics:
     """``action=eval checkpoint=RUN data.validation_file=DATA``: the model scored on ``data`` (a
-    labelled file; default: the file the run itself was scored on, when its results.json names a
-    local one). Returns the metrics (a dict) with ``.results`` and ``.dir`` (the eval run's
+    labelled file; default: what the run itself was scored on, when its results.json names a local file
+    that is unchanged: kotune/actions/eval.py, as the command line). Returns the metrics (a dict) with ``.results`` and ``.dir`` (the eval run's
     directory: ``run_dir``, default as :func:`train`'s)."""
     path = checkpoint_path(run_or_path)
-    data = os.fspath(data) if data is not None else evaluation_file(path)
+    data = os.fspath(data) if data is not None else None
     asked = as_overrides(overrides, kw)
     extra = [f"data.validation_file={data}"] if data is not None and not any(
         o.lstrip("+").startswith("data.validation_file=") for o in asked) else []
