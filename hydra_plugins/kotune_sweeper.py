@@ -40,7 +40,7 @@ from kotune.sweeps.study import (Heartbeat, check_same_search, counts_as_done, d
                           search_overrides)
 from kotune.sweeps.workers import WORKER_ENV, n_workers, run_workers
 from kotune.sweeps.naming import drop_shadowed
-from kotune.core.redact import mask_credentials
+from kotune.core.redact import mask_override, mask_url
 
 log = logging.getLogger(__name__)
 BEST_FILE = "best_trial.yaml"
@@ -74,8 +74,8 @@ class KotuneOptunaSweeper(Sweeper):
                 long = given.get(f"hydra.sweeper.{key}")
                 if long is not None and long != str(short[key]):
                     raise ConfigCompositionException(
-                        f"hparams_search.{key}={mask_credentials(short[key])} and hydra.sweeper.{key}="
-                        f"{mask_credentials(long)} are one setting "
+                        f"{mask_override(f'hparams_search.{key}={short[key]}')} and "
+                        f"{mask_override(f'hydra.sweeper.{key}={long}')} are one setting "
                         f"given twice: keep hparams_search.{key}")
                 setattr(self, key, short[key])
         self.n_trials, self.pruner = int(self.n_trials), str(self.pruner)
@@ -119,7 +119,7 @@ class KotuneOptunaSweeper(Sweeper):
     def work(self, study, space: dict[str, Any], fixed: dict[str, str], cfg: DictConfig) -> None:
         """Pull trials until the study has its n_trials (or this worker's budget is spent)."""
         done = sum(counts_as_done(t) for t in study.get_trials(deepcopy=False))
-        log.info(f"study '{study.study_name}' ({mask_credentials(self.storage or 'in memory')}): "
+        log.info(f"study '{study.study_name}' ({mask_url(self.storage) if self.storage else 'in memory'}): "
                  f"{done} of {self.n_trials} trials finished")
         # this worker's budget: the trials missing when it starts. A failed job (which counts as not
         # done) is replaced by the next run, not retried here without end (a bad data file fails every trial)

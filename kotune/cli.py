@@ -17,8 +17,9 @@ from kotune.runtime import quiet_libraries, release_memory
 from kotune.sweeps.naming import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
 from tasks.encode_cache import fingerprint
 from kotune.core.errors import KotuneError
-from kotune.core.files import mask_credentials_in_file
+from kotune.core.files import mask_credentials_in_file, write_text_atomic
 from kotune.core.log import log
+from kotune.core.redact import mask_credentials, mask_tree, remember_environment, remember_override, remember_tree
 
 
 def summary(results: dict) -> str:
@@ -69,7 +70,7 @@ def main(cfg: DictConfig) -> float:
         print(f"\n{summary(results)}\n  results: {path}", flush=True)
         score = results.get("main_score")
         return float(score) if score is not None and math.isfinite(score) else worst_score(cfg)
-    print(f"error: {results['error']}", file=sys.stderr, flush=True)
+    print(f"error: {mask_credentials(results['error'])}", file=sys.stderr, flush=True)
     if hc.mode == RunMode.MULTIRUN:  # let the sweep go on; a sweeper gets a finite worst score
         return worst_score(cfg)
     sys.exit(1)
@@ -77,15 +78,29 @@ def main(cfg: DictConfig) -> float:
 
 def mask_hydra_files(hc) -> None:
     """Hydra saved the job's config and overrides (and a multirun's multirun.yaml) before the job
-    started, a storage URL's password with them: masked in place (kotune/core/redact.py)."""
+    started, the secrets with them: each file is read as YAML and written again with every secret
+    setting's value masked by its key (kotune/core/redact.py), whatever characters the value holds."""
     from hydra.types import RunMode
+    from omegaconf import OmegaConf
 
     folders = [os.path.join(hc.runtime.output_dir, hc.output_subdir)] if hc.output_subdir else []
-    for folder in folders:
-        for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
-            mask_credentials_in_file(os.path.join(folder, name))
+    paths = [os.path.join(folder, name) for folder in folders for name in ("config.yaml", "hydra.yaml", "overrides.yaml")]
     if hc.mode == RunMode.MULTIRUN:
-        mask_credentials_in_file(os.path.join(hc.sweep.dir, "multirun.yaml"))
+        paths.append(os.path.join(hc.sweep.dir, "multirun.yaml"))
+    trees = {}
+    for path in paths:
+        try:
+            trees[path] = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        except FileNotFoundError:
+            continue
+        except Exception:  # noqa: BLE001 - not YAML OmegaConf reads: its text masked by pattern instead
+            mask_credentials_in_file(path)
+            continue
+        remember_tree(trees[path])  # every file's secrets first: hydra.yaml's override_dirname holds them too
+    for path, tree in trees.items():
+        masked = mask_tree(tree)
+        if masked != tree:
+            write_text_atomic(path, OmegaConf.to_yaml(OmegaConf.create(masked)))
 
 
 # ---- argv, before Hydra ----------------------------------------------------------------------
@@ -136,6 +151,9 @@ def shared_run_dir(argv: list[str]) -> list[str]:
 
 def run() -> None:
     """``python run.py ARGS``: check and rewrite argv, then Hydra's main."""
+    for arg in sys.argv[1:]:  # a secret setting on the command line: masked in every line printed from now on
+        remember_override(arg)
+    remember_environment()
     check_choices(sys.argv[1:])
     os.environ.setdefault("KOTUNE_SWEEP_ID", sweep_id(sys.argv[1:]))
     os.environ[SWEPT_ENV] = ",".join(swept_keys(sys.argv[1:]))  # the job directories' names (kotune/sweeps/naming.py)

@@ -22,6 +22,7 @@ from tasks.encode_cache import fingerprint
 from kotune.core.errors import ConfigError, KotuneError
 from kotune.core.files import write_json_atomic
 from kotune.core.log import log
+from kotune.core.redact import mask_credentials, remember_environment, remember_tree
 
 
 def versions() -> dict[str, str]:
@@ -46,6 +47,10 @@ def config_hash(cfg: DictConfig) -> str:
 def execute(cfg: DictConfig, run_dir: str) -> dict:
     """Run ``cfg.action`` and write ``run_dir/results.json``; returns the results dict."""
     started = time.time()
+    # the config's secrets (serve.api_key, a storage URL's password), by key: masked in every line and
+    # file from here on, also where a library's error text quotes them (the API has no command line)
+    remember_tree(OmegaConf.to_container(cfg, resolve=False))
+    remember_environment()
     os.makedirs(run_dir, exist_ok=True)
     results: dict[str, Any] = {
         "task": cfg.task.name, "model": cfg.model.name, "mode": cfg.mode.name, "action": cfg.action,
@@ -69,8 +74,8 @@ def execute(cfg: DictConfig, run_dir: str) -> dict:
             raise
         trace = os.path.join(run_dir, "traceback.txt")
         with open(trace, "w", encoding="utf-8") as f:
-            f.write(traceback.format_exc())
-        first = str(e).splitlines()[0] if str(e) else ""
+            f.write(mask_credentials(traceback.format_exc()))
+        first = mask_credentials(str(e).splitlines()[0]) if str(e) else ""
         results.update(status="failed", traceback=trace, error_type=type(e).__name__,
                        error=f"{type(e).__name__}: {first} (a bug, not your input? traceback in {trace}; "
                              "keep_going_on_bugs=false raises it)")

@@ -2,6 +2,7 @@
 config and overrides, results.json, the exported model card (which export.push_to_hub uploads)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,120 @@ def test_log_records_of_any_logger_are_masked(caplog):
         logging.getLogger("hydra.launcher").info("#0 : hparams_search.storage=%s", STORAGE)
     assert caplog.records and not [s for s in SECRETS if s in caplog.text]
     assert "kotune:***@db.example" in caplog.text
+
+
+# ---- secrets masked by key, whatever they hold ----------------------------------------------------
+# each one has distinctive pieces (runs of 4+ letters or digits mixing case, digits or Hangul) that must
+# never appear; a plain word (null, None, true, back, comma) a config or a log holds anyway is no evidence
+NASTY = [
+    "null-Sup3rSecretA",             # starts with null: the old pattern skipped it
+    "None_Qz8vWk",                   # starts with None
+    "true;Yk4pLmX",                  # starts with true
+    "Top Secret#Key&x;y9Bq",         # a space, '#', '&', ';'
+    'abc"defQm7Rr',                  # a double quote
+    "it's Mv5nBq",                   # a single quote
+    "comma,Kp3Zs]brace}Wq8",         # ',', ']', '}'
+    "-leadingDashJx6",               # a leading dash
+    "pcTg%41%2Fenc7Hq",              # %-escapes
+    "비밀번호 한글Ty4",               # Korean
+    "at@sign/slash:colonRv2",        # '@', '/', ':' (a URL's password)
+    "A@5ecretZ/Pw9Lm",               # a driver splits it at the '@' and names '5ecretZ/Pw9Lm...' the host
+    "question?mark#hashNb3",
+    "equals=signs&ampXc5",
+    "bracket[Op3n]Gh6x",
+    "dollar$signPp1",
+    "back`tick~tildeWw2",
+    "emoji🔑keyEe5",
+    "pipe|And4<angle>Aa4z",
+    "  spaced Out9  Dd5z ",            # leading and trailing spaces
+    "semi;C0lon;Ss3z",
+    "-".join(f"Lx{i:02d}q" for i in range(60)),  # a long one
+]
+
+
+def pieces(secret: str) -> set[str]:
+    """The secret and its distinctive pieces: any of them in a file or a line is a leak."""
+    return {secret.strip()} | {p for p in re.findall(r"[^\W_]{4,}", secret) if not re.fullmatch(r"[a-z]+|[A-Z][a-z]+", p)}
+
+
+def test_every_nasty_secret_has_distinctive_pieces():
+    assert all(len(pieces(s)) >= 2 for s in NASTY)
+
+
+def leaks(text: str, secrets=NASTY) -> list[str]:
+    return sorted({p for s in secrets for p in pieces(s) if p in text})
+
+
+def hydra_quoted(value: str) -> str:
+    return "'" + value.replace("'", "\\'") + "'"
+
+
+@pytest.mark.parametrize("secret", NASTY)
+def test_a_secret_is_masked_by_its_key_whatever_it_holds(secret):
+    from kotune.core.redact import mask_override, mask_tree, mask_url, remember_secrets, url_secrets
+
+    # the three forms a setting takes: an override, a parsed config, a storage URL's password
+    assert leaks(mask_override(f"serve.api_key={hydra_quoted(secret)}"), [secret]) == []
+    assert leaks(mask_override(f"+hub.token={secret}"), [secret]) == []
+    tree = {"serve": {"api_key": secret, "host": "127.0.0.1"}, "x": {"password": secret}}
+    assert mask_tree(tree) == {"serve": {"api_key": "***", "host": "127.0.0.1"}, "x": {"password": "***"}}
+    for url in (f"postgresql+psycopg://kotune:{secret}@db.example:5432/optuna",
+                f"postgresql+psycopg://kotune@db.example/optuna?password={secret}"):
+        masked = mask_url(url)
+        assert leaks(masked, [secret]) == [] and "db.example" in masked, masked
+        assert leaks(mask_tree({"hparams_search": {"storage": url}})["hparams_search"]["storage"], [secret]) == []
+        # a driver's error text quotes the password, or a piece of it past an '@' as a host: remembered, masked
+        remember_secrets(url_secrets(url), url=True)
+        for part in re.split(r"[@/:?#]", secret):
+            said = f'connection to {url} failed: could not translate host name "{part}" to address'
+            assert leaks(mask_credentials(said), [part] if len(part.strip()) >= 5 else []) == []
+
+
+@pytest.mark.parametrize("url, masked", [
+    ("postgresql://u@h/db?pwd=sekret", "postgresql://u@h/db?pwd=***"),  # the FIRST query parameter: after '?'
+    ("postgresql://u@h/db?token=abc123", "postgresql://u@h/db?token=***"),
+    ("postgresql://u@h/db?password=Q6ecret Pw&x=1", "postgresql://u@h/db?password=***&x=1"),
+])
+def test_a_urls_first_query_parameter_is_masked(url, masked):
+    from kotune.core.redact import mask_url
+
+    assert mask_url(url) == masked
+    assert mask_credentials(url.replace(" ", "")) == masked.replace(" ", "")
+
+
+def test_every_file_and_line_of_a_run_hides_every_nasty_secret(tmp_path, cache_dir):
+    """One training run carrying every secret, by key: serve.api_key, a token per secret, a storage
+    URL whose password holds '@' and '/'; no file in the run directory and no line printed holds any."""
+    run = tmp_path / "run"
+    storage = f"postgresql+psycopg://kotune:{NASTY[11]}@db.example:5432/optuna?password={NASTY[3]}"
+    args = ["task=text_cls", "data=sample", *TINY, "save_model=false", "hparams_search=text_cls",
+            f"hparams_search.storage={hydra_quoted(storage)}", f"serve.api_key={hydra_quoted(NASTY[0])}",
+            *[f"+s{i}.token={hydra_quoted(s)}" for i, s in enumerate(NASTY)],
+            f"cache_dir={cache_dir}", f"hydra.run.dir={run}"]
+    trained = run_cli_here(args)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    written = {str(p.relative_to(run)): p.read_text(encoding="utf-8", errors="replace")
+               for p in run.rglob("*") if p.is_file()}
+    assert {".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml", "results.json"} <= set(written)
+    assert {name: leaks(text) for name, text in written.items() if leaks(text)} == {}
+    assert leaks(trained.stdout + trained.stderr) == []
+    # masked by key, the rest of each file as it was: the config still reads back
+    from omegaconf import OmegaConf
+
+    saved = OmegaConf.load(run / ".hydra" / "config.yaml")
+    assert saved.serve.api_key == "***" and saved.s3.token == "***" and saved.task.name == "text_cls"
+    assert saved.hparams_search.storage == "postgresql+psycopg://kotune:***@db.example:5432/optuna?password=***"
+    assert "+s5.token=***" in OmegaConf.load(run / ".hydra" / "overrides.yaml")
+
+
+def test_a_storage_that_cannot_be_opened_names_no_piece_of_its_password(tmp_path, cache_dir):
+    """The driver parses u:A@5ecret/Pw@host at the first '@' and names '5ecret' its host: its error
+    text, printed by the sweep, has the password's pieces masked."""
+    storage = "postgresql+psycopg://u:A@5ecretZ/Pw9Lm@127.0.0.1:1/db"
+    result = run_cli_here(["-m", "task=text_cls", "data=sample", *TINY, "hparams_search=text_cls",
+                           f"hparams_search.storage={hydra_quoted(storage)}", f"cache_dir={cache_dir}",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    said = result.stdout + result.stderr
+    assert result.returncode != 0 and "cannot open postgresql+psycopg://u:***@127.0.0.1:1/db" in said, said[-2000:]
+    assert leaks(said, ["A@5ecretZ/Pw9Lm"]) == []
+    assert [f for f in (tmp_path / "sweep").rglob("*") if f.is_file() and "5ecret" in f.read_text(errors="replace")] == []

@@ -2,7 +2,7 @@
 
 errors.py      the one error family (KotuneError: ConfigError, DataError), one line for the user
 log.py         ``[kotune] …`` through one ``logging.getLogger("kotune")``, credentials masked
-redact.py      a URL's password masked in text and in nested values
+redact.py      secrets masked by key (settings, overrides, a URL's password) and, once met, in any text
 files.py       JSON / JSON-lines written atomically; a file's SHA-256 (data fingerprints)
 atomic_dir.py  a directory written whole (staging, manifest, swap) or not at all
 registry.py    the registries a package outside the repository fills: tasks, heads, exporters, runtimes

@@ -11,7 +11,7 @@ from typing import Any
 
 from hydra.errors import ConfigCompositionException
 
-from kotune.core.redact import mask_credentials
+from kotune.core.redact import mask_credentials, mask_url, remember_secrets, url_secrets
 
 FAILED_SCORE = 1e9  # kotune.cli.worst_score's magnitude: a failed job
 # what makes a study one search (kotune/sweeps/study.py check_same_search): a worker with another one refuses
@@ -30,12 +30,14 @@ def open_study(storage_url: str | None, study_name: str | None, direction: str, 
 
     storage = None
     if storage_url:
+        # the password, and its pieces past an '@' a driver may name as the host, masked in its error text
+        remember_secrets(url_secrets(storage_url), url=True)
         try:
             storage = _rdb_storage(str(storage_url), heartbeat_interval, grace_period)
         except Exception as e:  # noqa: BLE001 - any driver's connection error: one line, no password
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ConfigCompositionException(
-                f"hparams_search.storage: cannot open {mask_credentials(storage_url)}: {reason[:200]}") from None
+                f"hparams_search.storage: cannot open {mask_url(storage_url)}: {mask_credentials(reason)[:200]}") from None
     return optuna.create_study(study_name=study_name, storage=storage, sampler=sampler, direction=direction,
                                pruner=pruner or optuna.pruners.NopPruner(), load_if_exists=True)
 
@@ -127,7 +129,7 @@ def check_same_search(study, storage_url: str | None, space: dict[str, Any], dat
     if not differ and stored[DATA_ATTR] != mine[DATA_ATTR]:
         study.set_user_attr(DATA_ATTR, mine[DATA_ATTR])  # a file unreadable then (every trial failed), read now
     if differ:
-        where = mask_credentials(storage_url) if storage_url else "memory"
+        where = mask_url(storage_url) if storage_url else "memory"
         raise ConfigCompositionException(
             f"study '{study.study_name}' in {where} was made for {'; for '.join(differ)}: give this search its "
             "own hparams_search.study_name or hparams_search.storage (a larger n_trials or other n_jobs "
