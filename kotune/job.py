@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from kotune import embeddings
 from kotune.actions import ACTIONS
 from kotune.runtime import is_rank_zero, world_size
+from kotune.train_ranges import check_train
 from kotune.core.atomic_dir import clear_leftovers
 from tasks.encode_cache import fingerprint
 from kotune.core.errors import ConfigError, KotuneError
@@ -62,6 +63,7 @@ def execute(cfg: DictConfig, run_dir: str) -> dict:
     try:
         if cfg.action not in ACTIONS:
             raise ConfigError(f"unknown action '{cfg.action}' (choices: {', '.join(ACTIONS)})")
+        check_train(cfg)  # the numeric train.* settings' ranges, before anything is read or built
         action = ACTIONS[cfg.action]
         if embeddings.runs_here(cfg):  # a bi-encoder trains and predicts through sentence-transformers
             action = embeddings.action_for(cfg) or action
