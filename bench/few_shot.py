@@ -74,7 +74,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-4, help="plain fine-tuning's learning rate")
     p.add_argument("--pairs", type=int, default=20, help="mode.pairs_per_example (setfit's num_iterations)")
     p.add_argument("--body-lr", type=float, default=1e-4, help="mode.body_learning_rate (the contrastive stage)")
-    p.add_argument("--head-lr", type=float, default=1e-3, help="the head's learning rate after the stage")
+    p.add_argument("--head-lr", type=float, default=1e-2,
+                   help="the linear head's learning rate after the stage (setfit's head_learning_rate, mode=setfit's default)")
     p.add_argument("--head-steps", type=int, default=100)
     p.add_argument("--eval-rows", type=int, default=None, help="score the first N dev rows (default: all 471)")
     from bench.common import parse_with_smoke

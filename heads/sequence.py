@@ -13,7 +13,7 @@ from heads.loss import WeightedCrossEntropy
 from heads.native import init_new_layers
 from kotune.core.registry import register_head
 
-SEQUENCE_STYLES = ("bert", "roberta", "electra")
+SEQUENCE_STYLES = ("bert", "roberta", "electra", "linear")
 
 
 @register_head("sequence")
@@ -22,7 +22,9 @@ class SequenceHead(WeightedCrossEntropy):
 
     - ``bert``: dense → tanh (BERT's pooler; KotuneModel copies the checkpoint's) → dropout → out;
     - ``roberta``: dropout → dense → tanh → dropout → out;
-    - ``electra``: dropout → dense → GELU → dropout → out.
+    - ``electra``: dropout → dense → GELU → dropout → out;
+    - ``linear``: out alone (``mode=setfit``: SetFit's differentiable head, one linear layer on the
+      embedding, initialised as setfit's SetFitHead: Xavier-uniform weights, biases 0.01).
 
     ``pooling="mean"`` (``mode.pooling``) feeds the masked mean of the real tokens instead of [CLS]
     to the same layers.
@@ -50,16 +52,22 @@ class SequenceHead(WeightedCrossEntropy):
         self.init_class_weights(class_weights)
         self.architecture = architecture
         self.pooling = check_pooling(pooling) or "cls"
-        self.dense = nn.Linear(hidden_size, hidden_size)
+        # a linear head has no dense layer (nor BERT's pooler, which KotuneModel loads into the bert shape only)
+        self.dense = nn.Linear(hidden_size, hidden_size) if architecture != "linear" else None
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_size, num_labels)
         init_new_layers(self, init_std)
+        if architecture == "linear":
+            nn.init.xavier_uniform_(self.out.weight)
+            nn.init.constant_(self.out.bias, 1e-2)
 
     def pool(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return pool(hidden_states, attention_mask, self.pooling)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         x = self.pool(hidden_states, attention_mask)
+        if self.architecture == "linear":
+            return self.out(x)
         if self.architecture == "bert":
             return self.out(self.dropout(torch.tanh(self.dense(x))))
         x = self.dense(self.dropout(x))
@@ -80,6 +88,11 @@ class SequenceHead(WeightedCrossEntropy):
         if self.num_labels == 1:
             return torch.tensor([labels.numel()], device=labels.device)
         return super().loss_counts(labels)
+
+    def native_export(self) -> NativeHead | str:
+        if self.architecture == "linear":
+            return "SetFit's single linear layer (mode=setfit); a native classifier has a dense layer and tanh before its own"
+        return super().native_export()
 
     def native_config(self, config, kwargs: dict) -> None:
         config.num_labels = int(kwargs.get("num_labels", 1))

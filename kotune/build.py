@@ -206,6 +206,8 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
         texts = task.training_texts(first.examples)
         loaded = encoder_side(task, texts) if encoder_side is not None else load_encoder_side(cfg, task, texts)
         head_kwargs = dict(task.head_kwargs(), dropout=cfg.train.get("head_dropout"))  # None: the architecture's
+        if cfg.mode.get("setfit"):  # SetFit's differentiable head: one linear layer on the embedding
+            head_kwargs["architecture"] = "linear"
         meta = {"task": task.name, "labels": task.labels, "max_length": loaded.max_length,
                 "token_type_ids": loaded.token_type_ids, "model": cfg.model.name,
                 "task_options": {k: task.cfg.get(k) for k in task.saved_options},

@@ -3,12 +3,14 @@
 1. The contrastive stage: the encoder, as a sentence-transformers model (heads/model/sentence_transformer.py:
    shared, not copied), trains on pairs drawn from the labelled training rows (same class → similar, other
    class → not), with the ``setfit`` package's own pair sampling (``num_iterations``: ``mode.pairs_per_example``),
-   loss (cosine similarity) and trainer (``setfit.Trainer.train_embeddings``, on sentence-transformers'
-   trainer).
-2. The head: the encoder is then fixed and kotune's sequence head trains on its pooled embedding
-   (``mode.pooling``, mean by default, the embedding stage 1 trained) through transformers' Trainer,
-   as in ``mode=frozen`` — SetFit's differentiable-head variant rather than its scikit-learn logistic
-   regression, so that the run is an ordinary kotune run: eval, predict, export, serve.
+   loss (``CosineSimilarityLoss``, passed explicitly) and trainer (``setfit.Trainer.train_embeddings``, on
+   sentence-transformers' trainer).
+2. The head: the encoder is then fixed and SetFit's differentiable head, one linear layer (the sequence
+   head's ``linear`` shape, kotune/build.py), trains on its pooled embedding (``mode.pooling``, mean by
+   default, the embedding stage 1 trained) through transformers' Trainer, as in ``mode=frozen``, at
+   setfit's head rate and L2 weight (``mode.learning_rate`` 1e-2: train.learning_rate's default;
+   train.weight_decay 0.01) — rather than setfit's default scikit-learn logistic regression, so that
+   the run is an ordinary kotune run: eval, predict, serve.
 
 The saved checkpoint is a frozen-encoder model (``kotune.json`` mode ``frozen``, with its pooling).
 """
@@ -21,7 +23,7 @@ import time
 from omegaconf import DictConfig
 
 from kotune.core.errors import ConfigError
-from kotune.core.log import log
+from kotune.core.log import log, quieted
 
 
 def refusal(task) -> str | None:
@@ -49,9 +51,13 @@ def train_body(cfg: DictConfig, b) -> dict:
     """The contrastive stage on ``b``'s training split; the encoder is left fixed (eval mode, no
     gradients) for the head. Returns results.json's ``setfit`` entry."""
     import setfit
+    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss
     from setfit import SetFitModel, Trainer, TrainingArguments
 
     from heads.model.sentence_transformer import build_sentence_transformer
+    from kotune.runtime import quiet_libraries
+
+    quiet_libraries()  # importing setfit turns transformers' log up to info
 
     check(cfg, b.task)
     examples = b.splits["train"].examples
@@ -67,15 +73,19 @@ def train_body(cfg: DictConfig, b) -> dict:
     args = TrainingArguments(output_dir=scratch, batch_size=int(m.body_batch_size),
                              num_epochs=int(m.body_epochs), num_iterations=int(m.pairs_per_example),
                              body_learning_rate=float(m.body_learning_rate), seed=int(cfg.train.seed),
-                             report_to="none", save_strategy="no", show_progress_bar=False)
-    trainer = Trainer(model=SetFitModel(model_body=body), args=args)
+                             report_to="none", save_strategy="no", show_progress_bar=False, loss=CosineSimilarityLoss)
+    # sentence-transformers' trainer, built before setfit hands it the loss above, notes the default it
+    # would use (CoSENT) at info level: quieted, with setfit's own "Running training" block
+    with quieted("sentence_transformers", "setfit"):
+        trainer = Trainer(model=SetFitModel(model_body=body), args=args)
     quiet(trainer.st_trainer)
     log(f"mode=setfit: the contrastive stage on {len(examples)} rows ({m.pairs_per_example} × 2 pairs each, "
         f"setfit {setfit.__version__})")
     encoder.requires_grad_(True)
     started = time.time()
     try:
-        trainer.train_embeddings([ex["text"] for ex in examples], labels)
+        with quieted("setfit"):
+            trainer.train_embeddings([ex["text"] for ex in examples], labels)
     finally:
         encoder.requires_grad_(False)  # the head trains on a fixed encoder, as in mode=frozen
         encoder.eval()

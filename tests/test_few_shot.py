@@ -76,7 +76,8 @@ def test_setfit_pulls_classes_apart_then_trains_the_head_on_the_fixed_encoder(ru
     entry = setfit["setfit"]
     assert entry["package"].startswith("setfit ") and entry["pairs"] == 2 * 4 * 12 and entry["steps"] > 0
     assert setfit["n_train"] == 12 and setfit["pooling"] == "mean" and frozen["setfit"] is None
-    assert setfit["trainable_params"] == frozen["trainable_params"] < setfit["total_params"]  # then only the head
+    # then only the head, one linear layer (SetFit's): hidden × 3 classes + 3 biases
+    assert setfit["trainable_params"] == 128 * 3 + 3 < frozen["trainable_params"] < setfit["total_params"]
     # the same seed, the same rows and the same initial encoder: the contrastive stage moved the
     # encoder so that same-class rows embed closer than other-class rows, beyond where it started
     before = KotuneModel.load(str(tmp_path / "frozen" / "model"))
@@ -99,9 +100,36 @@ def test_setfit_pulls_classes_apart_then_trains_the_head_on_the_fixed_encoder(ru
 
     served = load(tmp_path / "setfit")([records[0]["text"]])
     assert served[0]["probabilities"] == records[0]["probabilities"]
-    # mean pooling has no native class: export says so in one line (serve and predict read the run)
+    # a single linear layer on the mean has no native class: export says so in one line (serve and predict read the run)
     exported = run_job(["action=export", f"checkpoint={tmp_path / 'setfit'}"], "export")
-    assert exported["status"] == "failed" and "mode.pooling=mean" in exported["error"]
+    assert exported["status"] == "failed" and "SetFit's single linear layer" in exported["error"]
+    assert "\n" not in exported["error"]
+
+
+def test_the_setfit_head_is_one_linear_layer_at_setfits_rate_and_l2(cache_dir, tmp_path):
+    """setfit's differentiable head: one linear layer on the mean-pooled embedding (no dense layer,
+    so none that starts from BERT's pooler; no tanh, no dropout), AdamW at head_learning_rate 1e-2
+    and l2_weight 0.01, the body frozen."""
+    from conftest import compose
+    from kotune.build import build
+    from kotune.trainer import make_trainer
+
+    cfg = compose([*FEW, "mode=setfit", f"cache_dir={cache_dir}"])
+    assert cfg.train.learning_rate == pytest.approx(1e-2) and cfg.train.weight_decay == pytest.approx(0.01)
+    b = build(cfg, ("train", "validation"))
+    head = b.model.head
+    assert [type(m) for m in head.modules() if any(True for _ in m.parameters(recurse=False))] == [torch.nn.Linear]
+    assert [n for n, p in b.model.named_parameters() if p.requires_grad] == ["head.out.weight", "head.out.bias"]
+    states, mask = torch.randn(2, 5, 128), torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    mean = (states * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    torch.testing.assert_close(head.train()(states, mask), head.out(mean))  # no dropout either
+    optimizer = make_trainer(cfg, b, str(tmp_path)).create_optimizer()
+    where = {id(p): (g["lr"], g["weight_decay"]) for g in optimizer.param_groups for p in g["params"]}
+    assert where[id(head.out.weight)] == pytest.approx((1e-2, 0.01))
+    from kotune.export.native import refusal
+
+    assert "SetFit's single linear layer" in refusal(b.model)  # exported as a dense + tanh head it would differ
+    assert compose([*FEW, "mode=setfit", "train.learning_rate=3e-3"]).train.learning_rate == pytest.approx(3e-3)
 
 
 @pytest.mark.parametrize("task, why", [("sts", "is not single-text classification"),
