@@ -11,6 +11,8 @@
 """
 from __future__ import annotations
 
+import inspect
+
 from torch import nn
 
 # model_type → the head style of its architecture; other types get RoBERTa's (a fresh dense + tanh)
@@ -36,6 +38,19 @@ def default_dropout(config, head_class, explicit: float | None = None) -> float:
         return float(head_class.native_dropout)
     value = getattr(config, "classifier_dropout", None)
     return float(value if value is not None else getattr(config, "hidden_dropout_prob", 0.1))
+
+
+def native_arguments(config, head_class, head_kwargs: dict) -> tuple[dict, dict]:
+    """The head's arguments on ``config``'s encoder, as its native twin has them: ``head_kwargs``
+    with the dropout and (for heads that take one) the architecture's shape filled in, and the
+    ``init_std`` of heads with a transformers counterpart (RE and DP heads keep their own init)."""
+    kwargs = dict(head_kwargs)
+    accepted = inspect.signature(head_class).parameters
+    kwargs["dropout"] = default_dropout(config, head_class, kwargs.get("dropout"))
+    if "architecture" in accepted:
+        kwargs.setdefault("architecture", head_style(config))
+    native_init = {"init_std": float(getattr(config, "initializer_range", None) or 0.02)} if "init_std" in accepted else {}
+    return kwargs, native_init
 
 
 def init_new_layers(module: nn.Module, std: float) -> None:

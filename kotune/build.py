@@ -114,11 +114,14 @@ def load_checkpoint_side(cfg: DictConfig, task: Task | None, onnx: bool = False)
 
     path = str(cfg.checkpoint)
     if onnx and is_onnx_export(path):
-        from kotune.export.onnx import OnnxModel
+        from heads.model.artifact import check_length
+        from kotune.export.onnx import EXPORT_FILE, OnnxModel
 
         runtime = cfg.get("onnx") or {}
         model_dir, model = path, OnnxModel(path, runtime.get("file"), runtime.get("threads"))
         config = AutoConfig.from_pretrained(path)
+        # its length within its encoder's positions (a checkpoint's is checked as it loads: KotuneModel.load)
+        check_length(model.meta.get("max_length"), position_limit(config), f"{path}/{EXPORT_FILE}", "config.json")
     else:
         from heads.model.kotune_model import KotuneModel
 

@@ -179,7 +179,7 @@ MODULE_LOADS = ("json.load", "np.load", "numpy.load", "torch.load", "pickle.load
 HEADS_FILE_ACCESS = {("heads/model/kotune_model.py", "KotuneModel.save"), ("heads/model/kotune_model.py", "KotuneModel.load"),
                      ("heads/model/kotune_model.py", "KotuneModel.spec"), ("kotune/export/onnx.py", "OnnxModel.__init__"),
                      ("heads/model/encoder.py", "check_not_kotune_directory"), ("heads/model/feature_cache.py", "*"),
-                     ("heads/model/artifact.py", "check_files")}
+                     ("heads/model/artifact.py", "check_files"), ("heads/model/artifact.py", "safetensors_shapes")}
 
 
 def file_reads(path: Path, rel: str) -> list[str]:

@@ -6,14 +6,25 @@ resolve it) and no control character. Weights are read from safetensors only: a 
 file (``*.bin``, ``*.pt``, ...) in the model directory is refused rather than left for a loader
 to unpickle. Anything else is one :class:`ArtifactError` line naming the file and the key.
 
+The files themselves are believed no further than their bytes: every file and folder resolves
+inside the directory the user named (:func:`check_tree`: a symbolic link is followed only where it
+stays inside; one leading out is refused, for a checkpoint is its own files, never ``/etc/passwd``
+or another model's weights), each ``config.json`` has probabilities for dropouts and positive
+sizes, each ``*.safetensors`` a sound header whose shapes fit its bytes (:func:`check_weights`).
+Before a loader builds anything, :func:`check_sizes` holds every size ``kotune.json`` gives against
+the head's weights as their header says (the head measured on torch's ``meta`` device, which
+allocates nothing) and against the encoder's positions.
+
 kotune/checkpoint.py adds what only the config knows: that the task, model and mode are presets and
 that each task option is one the task saves, of its preset's type."""
 from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import re
+import stat
 from typing import Any, Callable
 
 from kotune.core.errors import ConfigError
@@ -223,6 +234,8 @@ def check_head(spec: dict, where: str, registry: bool) -> None:
                                 f"{spec['head']} head")  # hidden_size, init_std: the encoder's, never saved
         if not plain_json(value):
             raise ArtifactError(f"{where}: head_kwargs.{key}={shown(value)} is not a plain value")
+    if kwargs.get("dropout") is not None and not probability(kwargs["dropout"]):  # nn.Dropout's own error otherwise
+        raise ArtifactError(f"{where}: head_kwargs.dropout={shown(kwargs['dropout'])} is not a probability (0 to 1)")
 
 
 def check_model_spec(spec: Any, where: str, registry: bool = True) -> dict:
@@ -254,10 +267,13 @@ def check_export_spec(spec: Any, where: str, registry: bool = True) -> dict:
 
 
 def check_files(directory: str, where: str) -> None:
-    """A saved model's or export's files are data: weights in safetensors only (a pickle-format
-    file where weights are kept, the directory, ``encoder/`` or ``adapter/``, is refused, never
-    handed to a loader that might unpickle it), no Python file and no ``auto_map`` in a config
-    (transformers' way to name code to import, which it would offer to run)."""
+    """A saved model's or export's files are data: every one inside ``directory``
+    (:func:`check_tree`), weights in safetensors only (a pickle-format file where weights are kept,
+    the directory, ``encoder/`` or ``adapter/``, is refused, never handed to a loader that might
+    unpickle it), no Python file, no ``auto_map``
+    in a config (transformers' way to name code to import, which it would offer to run) and a
+    model config's dropouts and sizes in range (:func:`check_model_config`)."""
+    check_tree(directory)
     for sub in WEIGHT_DIRS:
         folder = os.path.normpath(os.path.join(directory, sub))
         if not os.path.isdir(folder):
@@ -276,3 +292,162 @@ def check_files(directory: str, where: str) -> None:
                 if isinstance(config, dict) and "auto_map" in config:
                     raise ArtifactError(f"{where}: {path} has auto_map={shown(config['auto_map'])}, code for "
                                         "transformers to import; a checkpoint holds none (loading one never runs code)")
+                if entry == "config.json":
+                    check_model_config(config, path)
+
+
+# ---- the files themselves ----------------------------------------------------------------------------
+def within(root: str, path: str) -> bool:
+    """Whether ``path`` (resolved) is ``root`` (resolved) or lies under it."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def check_inside(root: str, path: str) -> None:
+    """``path`` (a folder on the way, as a run directory's ``model/``) resolves inside ``root``."""
+    target = os.path.realpath(path)
+    if not within(os.path.realpath(root), target):
+        raise ArtifactError(f"{path} is a symbolic link to {target}, outside {root}: kotune reads a checkpoint's "
+                            "files from inside it only (copy the files in instead of linking them)")
+
+
+def check_tree(root: str) -> list[str]:
+    """Every file under ``root``, each checked: a directory or a regular file, and a symbolic link
+    only where it resolves inside ``root`` (a linked file or folder leading out, anywhere on the way,
+    is refused before anything opens it). Returns the files' paths."""
+    files = []
+    for folder, dirs, names in os.walk(root):  # links to folders are entries here, checked, never walked
+        for entry in sorted(dirs) + sorted(names):
+            path = os.path.join(folder, entry)
+            if os.path.islink(path):
+                check_inside(root, path)
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                raise ArtifactError(f"{path} is a symbolic link to {os.path.realpath(path)}, which is missing") from None
+            if stat.S_ISREG(mode):
+                files.append(path)
+            elif not stat.S_ISDIR(mode):
+                raise ArtifactError(f"{path} is not a regular file (a pipe, device or socket); a checkpoint holds "
+                                    "files only")
+    return files
+
+
+def check_weights(directory: str) -> None:
+    """Every ``*.safetensors`` under ``directory`` has a sound header (:func:`safetensors_shapes`);
+    after the manifest's check, which names a truncated file better."""
+    for path in check_tree(directory):
+        if path.endswith(".safetensors"):
+            safetensors_shapes(path)
+
+
+# safetensors' dtypes and their sizes in bytes (its format's spec); a header is at most 100 MB, as its reader allows
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+               "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+HEADER_LIMIT = 100 * 1024 ** 2
+
+
+def safetensors_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape, from the file's header only (8 bytes of little-endian length, then that
+    much JSON: no tensor is read): every entry a known dtype, a shape and offsets inside the file
+    that hold exactly its values. Anything else (a pickle under this name) is one line."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8).ljust(8, b"\xff"), "little")
+        if size < 8 or length > min(size - 8, HEADER_LIMIT):
+            raise ArtifactError(f"{path}: not a safetensors file (its first 8 bytes give a header of {length} bytes, "
+                                f"the file has {size})")
+        text = f.read(length)
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except ValueError as e:
+        raise ArtifactError(f"{path}: not a safetensors file (its header is not JSON: {str(e).splitlines()[0]})") from None
+    if not isinstance(header, dict):
+        raise ArtifactError(f"{path}: not a safetensors file (its header is {type(header).__name__}, not an object)")
+    data = size - 8 - length
+    shapes = {}
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        if not (isinstance(entry, dict) and entry.get("dtype") in DTYPE_BYTES and list_of(integer)(entry.get("shape"))
+                and all(d >= 0 for d in entry["shape"]) and list_of(integer)(entry.get("data_offsets"))
+                and len(entry["data_offsets"]) == 2 and 0 <= entry["data_offsets"][0] <= entry["data_offsets"][1] <= data):
+            raise ArtifactError(f"{path}: {shown(key)[1:-1]} is not a tensor entry (a known dtype, a shape, offsets "
+                                f"inside the file): {shown(entry)}")
+        start, end = entry["data_offsets"]
+        need = DTYPE_BYTES[entry["dtype"]] * math.prod(entry["shape"])
+        if need != end - start:
+            raise ArtifactError(f"{path}: {key}'s shape {entry['shape']} of {entry['dtype']} needs {need} bytes, its "
+                                f"offsets give {end - start}")
+        shapes[key] = tuple(entry["shape"])
+    return shapes
+
+
+# sizes a model config gives (transformers builds each layer from them): positive integers
+CONFIG_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+                "max_position_embeddings", "type_vocab_size", "embedding_size", "num_labels")
+
+
+def probability(value: Any) -> bool:
+    return number(value) and 0 <= value <= 1  # NaN fails both comparisons
+
+
+def check_model_config(config: Any, path: str) -> None:
+    """A model's ``config.json`` (an encoder's, a native or ONNX export's): each dropout a
+    probability, each size a positive integer; what transformers would otherwise fail on deep in a
+    layer's constructor."""
+    if not isinstance(config, dict):
+        raise ArtifactError(f"{path}: {type(config).__name__}, not a JSON object")
+    for key, value in config.items():
+        if "dropout" in key and value is not None and not probability(value):
+            raise ArtifactError(f"{path}: {key}={shown(value)} is not a probability (0 to 1)")
+        if key in CONFIG_SIZES and not (integer(value) and value > 0):
+            raise ArtifactError(f"{path}: {key}={shown(value)} is not a positive integer")
+
+
+def check_length(max_length: Any, limit: int, where: str, source: str) -> None:
+    """``meta.max_length`` within the encoder's positions (``source`` says where the limit is read)."""
+    if integer(max_length) and max_length > limit:
+        raise ArtifactError(f"{where}: meta.max_length={max_length} is more than the encoder's {limit} positions "
+                            f"({source}: max_position_embeddings)")
+
+
+def check_sizes(directory: str, spec: dict, config: Any, source: str = "encoder/config.json") -> None:
+    """Every size a saved model's ``kotune.json`` gives, before the model is built: the head its
+    arguments make (built on torch's ``meta`` device: no memory) against ``head.safetensors``'
+    header, shape by shape; the label names against the head's logits; ``meta.max_length`` against
+    ``config``'s positions (``source``: where that config was read)."""
+    import torch
+
+    from heads.model.encoder import position_limit
+    from heads.model.layers import parse_layers
+    from heads.native import native_arguments
+    from heads.registry import HEADS, resolve
+
+    where = os.path.join(directory, "kotune.json")
+    meta = spec["meta"]
+    check_length(meta.get("max_length"), position_limit(config), where, source)
+    kind, kwargs = resolve(spec["head"], dict(spec.get("head_kwargs") or {}))
+    head_class = HEADS.get(kind)
+    width = parse_layers(spec.get("layers", "last"), int(config.num_hidden_layers)).width
+    kwargs, native_init = native_arguments(config, head_class, kwargs)
+    try:
+        with torch.device("meta"):
+            probe = head_class(int(config.hidden_size) * width, **kwargs, **native_init)
+    except Exception as e:  # noqa: BLE001 - the saved arguments, not kotune, fail to make a head
+        raise ArtifactError(f"{where}: head_kwargs={shown(spec.get('head_kwargs'))} do not make a {kind} head "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    expected = {k: tuple(v.shape) for k, v in probe.state_dict().items()}
+    weights = os.path.join(directory, "head.safetensors")
+    saved = safetensors_shapes(weights)
+    for key in sorted(set(expected) | set(saved)):
+        if key not in saved:
+            raise ArtifactError(f"{weights}: has no {key}, which kotune.json's {kind} head has")
+        if key not in expected:
+            raise ArtifactError(f"{weights}: {key} is not a weight of kotune.json's {kind} head")
+        if saved[key] != expected[key]:
+            raise ArtifactError(f"{weights}: {key} is {list(saved[key])}, but kotune.json's head_kwargs make it "
+                                f"{list(expected[key])} (the weights and kotune.json disagree)")
+    labels, logits = meta.get("labels"), kwargs.get("num_labels")
+    if labels and integer(logits) and len(labels) != logits:
+        raise ArtifactError(f"{where}: meta.labels has {len(labels)} name{'s' if len(labels) != 1 else ''}, but the "
+                            f"{kind} head gives {logits} logits (head_kwargs.num_labels, as head.safetensors' shapes say)")
