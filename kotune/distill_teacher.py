@@ -15,7 +15,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from kotune.build import Encoder, load_checkpoint_side
-from kotune.core.atomic_dir import MANIFEST, settle, verify_manifest
+from kotune.core.atomic_dir import MANIFEST
 from kotune.core.errors import ConfigError
 
 
@@ -117,11 +117,10 @@ class Teacher:
 def native_side(cfg: DictConfig, path: str) -> Encoder:
     """A native export read for the run's task (which the export's model card lends when task= is
     not given: kotune/checkpoint.py), checked against its manifest."""
-    from kotune.api.native import load_native
+    from kotune.api.native import checked_native_export, load_native
     from tasks import build_task
 
-    settle(path)
-    verify_manifest(path, True, "export it again (action=export)")
+    checked_native_export(path)
     model, tokenizer = load_native(path, build_task(cfg.task))
     return Encoder(tokenizer, model.native.config, int(model.meta["max_length"]), bool(model.meta["token_type_ids"]),
                    model=model, encoder=None)

@@ -25,7 +25,7 @@ from torch import nn
 from heads.registry import HEADS, resolve
 from heads.model.layers import LayerMixer, check_pooling, parse_layers
 from heads.loss import mean_of_terms
-from heads.native import default_dropout, head_style, takes_pooler
+from heads.native import native_arguments, takes_pooler
 from kotune.core.atomic_dir import MANIFEST, settle, verify_manifest, written_whole
 from kotune.core.errors import ConfigError, KotuneError
 
@@ -77,12 +77,7 @@ class KotuneModel(nn.Module):
         parameters would break DDP), its weights kept in ``pooler_state`` for :meth:`with_layers`."""
         config = encoder.config
         head_class = HEADS.get(head_kind)
-        accepted = inspect.signature(head_class).parameters
-        self.head_kwargs["dropout"] = default_dropout(config, head_class, self.head_kwargs.get("dropout"))
-        if "architecture" in accepted:
-            self.head_kwargs.setdefault("architecture", head_style(config))
-        native_init = {"init_std": float(getattr(config, "initializer_range", None) or 0.02)} \
-            if "init_std" in accepted else {}  # heads with no HF counterpart (RE, DP) keep their own init
+        self.head_kwargs, native_init = native_arguments(config, head_class, self.head_kwargs)
         head = head_class(config.hidden_size * self.mixer.spec.width, **self.head_kwargs, **native_init)
         pooler = getattr(encoder, "pooler", None)
         if pooler is not None:
@@ -266,33 +261,48 @@ class KotuneModel(nn.Module):
                               "point checkpoint= at a run directory's model/ or the run directory")
         from heads.model.artifact import check_files, check_model_spec, parse
 
+        check_files(directory, directory)  # before any file is opened: a link out of the directory is refused
         with open(spec_path, encoding="utf-8") as f:
             spec = check_model_spec(parse(f.read(), spec_path), spec_path)  # data only: heads/model/artifact.py
-        check_files(directory, directory)
         return spec
 
     @classmethod
     def load(cls, directory: str) -> "KotuneModel":
         from transformers import AutoConfig, AutoModel
 
+        from heads.model.artifact import ArtifactError, check_sizes, check_weights
         from heads.model.encoder import no_pooler
 
         spec = cls.spec(directory)
         # saved with a manifest (kotune.json says so): every file as it was written; older saves have none
         verify_manifest(directory, bool(spec.get("manifest")), "retrain, or save the model again")
+        check_weights(directory)
+        spec = dict(spec, head_kwargs=dict(spec.get("head_kwargs") or {}))
+        if spec.get("format", 1) < 2 and resolve(spec["head"], {})[0] == "sequence":
+            spec["head_kwargs"]["architecture"] = "roberta"  # format 1: dropout → dense → tanh → dropout → out
         if spec.get("lora"):
             from heads.model.lora import load_adapter
 
             encoder = load_adapter(directory, spec["lora"]["base"], spec["lora"]["vocab_size"])
+            check_sizes(directory, spec, encoder.config, "the base encoder's config")
         else:
             encoder_dir = os.path.join(directory, "encoder")
-            encoder = AutoModel.from_pretrained(encoder_dir, **no_pooler(AutoConfig.from_pretrained(encoder_dir)))
-        head_kwargs = dict(spec["head_kwargs"])
-        if spec.get("format", 1) < 2 and resolve(spec["head"], {})[0] == "sequence":
-            head_kwargs["architecture"] = "roberta"  # format 1: dropout → dense → tanh → dropout → out
-        model = cls(encoder, spec["head"], head_kwargs, frozen=spec["frozen"], meta=spec["meta"],
+            try:
+                config = AutoConfig.from_pretrained(encoder_dir)
+                check_sizes(directory, spec, config)  # every size against the weights, before anything is built
+                encoder = AutoModel.from_pretrained(encoder_dir, **no_pooler(config))
+            except (OSError, ValueError, TypeError, KeyError, RuntimeError) as e:  # the files', not kotune's
+                raise ArtifactError(f"{encoder_dir}: its config.json and weights do not make an encoder "
+                                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        model = cls(encoder, spec["head"], spec["head_kwargs"], frozen=spec["frozen"], meta=spec["meta"],
                     layers=spec.get("layers", "last"), lora=spec.get("lora"))
-        model.head.load_state_dict(load_file(os.path.join(directory, "head.safetensors")))
+        parts = [(model.head, "head.safetensors")]
         if model.mixer.scalar_mix is not None:
-            model.mixer.load_state_dict(load_file(os.path.join(directory, "layers.safetensors")))
+            parts.append((model.mixer, "layers.safetensors"))
+        for part, name in parts:
+            try:
+                part.load_state_dict(load_file(os.path.join(directory, name)))
+            except RuntimeError as e:  # keys or shapes other than kotune.json's arguments give
+                raise ArtifactError(f"{os.path.join(directory, name)}: not the weights kotune.json describes "
+                                    f"({' '.join(str(e).split())[:300]})") from None
         return model

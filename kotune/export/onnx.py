@@ -168,9 +168,9 @@ class OnnxModel:
         from heads.model.artifact import check_export_spec, check_files, parse
 
         where = os.path.join(directory, EXPORT_FILE)
+        check_files(directory, directory)  # before any file is opened: a link out of the export is refused
         with open(where, encoding="utf-8") as f:
             spec = check_export_spec(parse(f.read(), where), where)  # data only: heads/model/artifact.py
-        check_files(directory, directory)
         # exported with a manifest (kotune_export.json says so): every file as it was written
         verify_manifest(directory, bool(spec.get("manifest")), "export it again (action=export)")
         from heads.registry import resolve
