@@ -104,11 +104,14 @@ def train_resumable(trainer, cfg: DictConfig, run_dir: str) -> tuple[dict, float
         restore_finished(trainer, resume_from)
         train_metrics, train_loss = {}, marker["loss_sum"] / int(marker["step"])
     else:
+        trainer.loss_sum_before = float(marker["loss_sum"]) if resume_from else 0.0
         train_metrics = trainer.train(resume_from_checkpoint=resume_from).metrics
-        train_loss = train_metrics.get("train_loss")
-        if resume_from and train_loss is not None:
-            done = int(marker["step"])
-            train_loss = (train_loss * (trainer.state.global_step - done) + marker["loss_sum"]) / trainer.state.global_step
+        # kotune's own sum over all steps: Trainer's train_loss after a resume averages over all
+        # steps in some releases and over this call's in others
+        steps = trainer.state.global_step
+        train_loss = trainer.loss_sum() / steps if steps else train_metrics.get("train_loss")
+        if train_loss is not None:
+            train_metrics["train_loss"] = train_loss
     if not math.isfinite(train_loss if train_loss is not None else 0.0):
         raise KotuneError(f"training diverged: loss is {train_loss}")
     return train_metrics, train_loss, int(marker["step"]) if resume_from else None

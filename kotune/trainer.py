@@ -50,6 +50,10 @@ class KotuneTrainer(Trainer):
       its adapter), end with a
       completion marker carrying the running loss sum (exact ``train_loss`` after a resume) and
       ``resume_config`` (what a resume must match), and load with the encoder's keys allowed missing.
+    - The running loss sum is kotune's own (``loss_sum``: one device tensor added to at each
+      micro-batch, read on the host only at a save and at the end), not Trainer's private
+      accumulators, whose meaning after a resume differs between transformers releases (5.17
+      averages its train_loss over all steps, 5.25 over the steps of this call).
     - ``before_evaluation`` (a function of the trainer) runs before each evaluation of the
       evaluation split: multi-label ``task.threshold=tune`` tunes its thresholds there, on the
       held-out training slice, so that the evaluation scores the decision training will keep."""
@@ -61,6 +65,8 @@ class KotuneTrainer(Trainer):
         self.mix_learning_rate = mix_learning_rate
         self.layer_lr_decay = float(layer_lr_decay)
         self.resume_config = resume_config
+        self.loss_sum_before = 0.0  # the steps a resumed run had done: its checkpoint's marker
+        self._loss_sum: torch.Tensor | None = None  # this call's steps, on the device
         if tensorboard_dir and self.is_world_process_zero():
             from transformers.integrations import TensorBoardCallback
 
@@ -96,6 +102,30 @@ class KotuneTrainer(Trainer):
             total = total.unsqueeze(0).expand(replicas, -1) / (1 if average else replicas)
         return total
 
+    def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._loss_sum is None:
+            self._loss_sum = torch.zeros((), dtype=torch.float64 if loss.device.type != "mps" else torch.float32,
+                                         device=loss.device)
+        if self.args.logging_nan_inf_filter:
+            # Trainer's rule, without a host sync: a non-finite micro-batch counts as this call's mean step
+            done = 1 + self.state.global_step - getattr(self, "_initial_global_step", 0)
+            loss_kept = torch.where(torch.isfinite(loss), loss.to(self._loss_sum.dtype), self._loss_sum / done)
+        else:
+            loss_kept = loss.to(self._loss_sum.dtype)
+        self._loss_sum += loss_kept
+        return loss
+
+    def loss_sum(self) -> float:
+        """The training loss summed over every optimizer step so far, a resumed run's earlier steps
+        included, averaged over the processes as Trainer's logs are (a collective: every rank calls it)."""
+        if self._loss_sum is None:
+            return float(self.loss_sum_before)
+        mine = self._loss_sum.reshape(1)
+        if self.args.world_size > 1:
+            mine = self.accelerator.gather(mine)
+        return float(self.loss_sum_before) + float(mine.double().mean().item())
+
     def _get_eval_sampler(self, eval_dataset):
         if eval_dataset is None or self.args.world_size > 1:
             return None  # distributed: accelerate shards sequentially and gathers in order
@@ -121,9 +151,9 @@ class KotuneTrainer(Trainer):
 
     def _save_checkpoint(self, model, trial) -> None:
         super()._save_checkpoint(model, trial)
+        loss_sum = self.loss_sum()  # every rank: the sum is gathered
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            loss_sum = self._total_loss_scalar + float(self._tr_loss.item())
             # stopped: early stopping ends training at this checkpoint, so a rerun is finished (a stop
             # for any other reason, such as an interruption, leaves the run to be resumed)
             write_json_atomic(os.path.join(folder, COMPLETE),

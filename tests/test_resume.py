@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,3 +94,38 @@ def test_frozen_checkpoints_hold_the_head_and_resume_on_the_cache(run_job, tmp_p
     assert again["resumed_from"] == 4 and again["cache"]["status"] == "hit"
     assert again["metrics"] == pytest.approx(first["metrics"])
     assert again["train_loss"] == pytest.approx(first["train_loss"], abs=1e-6)
+
+
+def _cut_after(run_dir: Path, dst: Path, step: int) -> Path:
+    """A copy of ``run_dir`` as a kill after checkpoint ``step`` leaves it: no results, no later checkpoints."""
+    shutil.copytree(run_dir, dst, ignore=shutil.ignore_patterns("results.json", "predictions*", "model"))
+    for ckpt in (dst / "checkpoints").glob("checkpoint-*"):
+        if int(ckpt.name.split("-")[1]) > step:
+            shutil.rmtree(ckpt)
+    return dst
+
+
+def test_a_run_resumed_twice_reports_the_uninterrupted_train_loss(run_job, tmp_path):
+    """The second resume reads a checkpoint written *after* the first one: its marker's loss sum
+    must cover every step since step 0, not only the steps of the call that saved it (the train loss
+    is kotune's own sum, whatever Trainer's private accumulators hold in a given release)."""
+    job = ["task=text_cls", "model=tiny", "data=sample", "train.max_steps=6", "train.batch_size=8",
+           "train.save_strategy=steps", "train.save_steps=2", "train.save_total_limit=null", "train.logging_steps=1"]
+    whole = run_job(job, "whole")
+    assert whole["status"] == "ok", whole.get("error")
+    markers = [json.loads((tmp_path / "whole" / "checkpoints" / f"checkpoint-{s}" / "kotune_complete.json").read_text())
+               for s in (2, 4, 6)]
+    assert markers[0]["loss_sum"] < markers[1]["loss_sum"] < markers[2]["loss_sum"]
+    assert whole["train_loss"] == pytest.approx(markers[2]["loss_sum"] / 6, rel=1e-6)
+
+    _cut_after(tmp_path / "whole", tmp_path / "once", 2)
+    once = run_job(job, "once")
+    assert once["status"] == "ok" and once["resumed_from"] == 2
+    again = _cut_after(tmp_path / "once", tmp_path / "twice", 4)
+    marker = json.loads((again / "checkpoints" / "checkpoint-4" / "kotune_complete.json").read_text())
+    assert marker["loss_sum"] == pytest.approx(markers[1]["loss_sum"], rel=1e-5)  # steps 1-4, not 3-4
+    twice = run_job(job, "twice")
+    assert twice["status"] == "ok" and twice["resumed_from"] == 4
+    for res in (once, twice):
+        assert res["train_loss"] == pytest.approx(whole["train_loss"], rel=1e-5)
+        assert res["metrics"] == pytest.approx(whole["metrics"], abs=1e-6)
