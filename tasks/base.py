@@ -31,11 +31,14 @@ DATA_COLUMNS: dict[str, str] = {"id": "id_column", "text": "text_column", "text_
 
 class LabelWithProbabilities(str):
     """A predicted label that also carries each class's probability: a plain string for metrics
-    and comparisons, the probabilities for predictions.jsonl (and RE's AUPRC in action=score)."""
+    and comparisons, the probabilities for predictions.jsonl (and RE's AUPRC in action=score).
+    ``exact``: the same at full precision where ``probabilities`` are rounded for reading (what
+    abstention and its risk–coverage curve rank by: rounding ties rows that are not tied)."""
 
-    def __new__(cls, label: str, probabilities: Any):
+    def __new__(cls, label: str, probabilities: Any, exact: Any = None):
         obj = super().__new__(cls, label)
         obj.probabilities = probabilities
+        obj.exact = exact
         return obj
 
 

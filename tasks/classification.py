@@ -10,6 +10,7 @@ Predictions carry the input text and each label's probability.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import uuid
@@ -21,10 +22,14 @@ from kotune.core.registry import register_task
 from tasks.metric_sets import classification_scores, regression_scores
 from tasks.base import EncodeSettings, LabelWithProbabilities, Task, TaskOption
 from kotune.core.errors import ConfigError, DataError
+from kotune.core.files import write_json_atomic
 from tasks.io import KNOWN_PAIR_COLUMNS, KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records, require_columns
 from tasks.windows import encode_windows, window_options
 
 PROBABILITY_DIGITS = 4  # predictions.jsonl: each label's probability, rounded for reading
+# beside predictions.jsonl: each row's probabilities at full precision, for action=label_issues (rounded ones tie
+# rows that are not tied, and cleanlab's flags then depend on the rows' order)
+EXACT_PROBABILITIES = "probabilities.json"
 
 
 @register_task("ynat", "nli", "sts", "text_cls", "text_pair")
@@ -262,9 +267,12 @@ class ClassificationTask(Task):
             return [float(v) for v in logits.reshape(len(logits), -1)[:, 0]]
         probs = np.exp(logits - logits.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
-        return [LabelWithProbabilities(self.labels[i], dict(zip(self.labels, (round(float(p), PROBABILITY_DIGITS)
-                                                                                for p in row))))
-                for i, row in zip(logits.argmax(-1), probs)]
+        outputs = []
+        for i, row in zip(logits.argmax(-1), probs):
+            exact = dict(zip(self.labels, map(float, row)))
+            rounded = {label: round(p, PROBABILITY_DIGITS) for label, p in exact.items()}
+            outputs.append(LabelWithProbabilities(self.labels[i], rounded, exact))
+        return outputs
 
     def abstention_refusal(self) -> str | None:
         if self.regression:
@@ -272,14 +280,24 @@ class ClassificationTask(Task):
         return None
 
     def top_predictions(self, outputs: list[Any]) -> list[tuple[str, float]]:
-        """The label and its probability as predictions.jsonl shows it (rounded)."""
-        return [(str(out), max(out.probabilities.values())) for out in outputs]
+        """The label and its probability, at full precision where the output has it (predictions.jsonl
+        shows it rounded; action=score's outputs read from a file have only what the file gives)."""
+        return [(str(out), max((getattr(out, "exact", None) or out.probabilities).values())) for out in outputs]
 
     def score(self, outputs: list[Any], examples: list[dict]) -> dict[str, float]:
         golds = [ex["label"] for ex in examples]
         if self.regression:
             return regression_scores(outputs, golds, self.cfg.get("threshold"))  # F1 only where a threshold is set
         return classification_scores(outputs, golds, labels=self.labels)
+
+    def write_outputs(self, run_dir: str, outputs: list[Any], examples: list[dict]) -> list[str]:
+        """``probabilities.json``: each row's probabilities at full precision (``EXACT_PROBABILITIES``)."""
+        if self.regression or not outputs or getattr(outputs[0], "exact", None) is None:
+            return []
+        path = os.path.join(run_dir, EXACT_PROBABILITIES)
+        write_json_atomic(path, {"labels": list(outputs[0].exact),
+                                 "rows": {str(ex["id"]): list(out.exact.values()) for out, ex in zip(outputs, examples)}})
+        return [path]
 
     def prediction_records(self, outputs: list[Any], examples: list[dict]) -> list[dict]:
         """The input (text, and text_pair for pairs), the prediction, each label's probability
@@ -294,3 +312,37 @@ class ClassificationTask(Task):
                 record["probabilities"] = out.probabilities
             records.append(dict(record, **({"gold": ex["label"]} if "label" in ex else {})))
         return records
+
+
+def exact_probabilities(path: str, records: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """``probabilities.json`` (``write_outputs``) read back for ``records`` (predictions.jsonl's, by id):
+    id → {label: probability} at full precision, each checked against the file (one line naming the
+    file and row where it is not: a row or label the predictions lack, a value that does not round to
+    the one predictions.jsonl shows)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise DataError(path, None, f"not a JSON file of probabilities ({type(e).__name__})") from None
+    labels, rows = (data.get("labels"), data.get("rows")) if isinstance(data, dict) else (None, None)
+    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels) or not isinstance(rows, dict):
+        raise DataError(path, None, "expected {\"labels\": [label, ...], \"rows\": {id: [probability, ...]}}")
+    if set(rows) != set(records):
+        row = next(iter(sorted(set(rows) ^ set(records))))
+        raise DataError(path, row, "its rows are not predictions.jsonl's: written by another run?")
+    out = {}
+    for row_id, values in rows.items():
+        shown = records[row_id].get("probabilities")
+        if not isinstance(values, list) or len(values) != len(labels) or not isinstance(shown, dict) \
+                or set(shown) != set(labels):
+            raise DataError(path, row_id, f"not one probability per label ({', '.join(labels)})")
+        exact = {}
+        for label, value in zip(labels, values):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise DataError(path, row_id, f"'{label}': {value!r} is not a probability")
+            if not isinstance(shown[label], (int, float)) or abs(float(shown[label]) - value) > 0.6 * 10 ** -PROBABILITY_DIGITS:
+                raise DataError(path, row_id, f"'{label}': {value!r} is not predictions.jsonl's {shown[label]!r} "
+                                              "unrounded: written by another run?")
+            exact[label] = float(value)
+        out[row_id] = exact
+    return out

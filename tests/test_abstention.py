@@ -38,6 +38,30 @@ def test_coverage_risk_and_the_curve_by_hand():
     assert thin(curve, 50) == curve
 
 
+def test_aurc_ranks_by_full_precision_not_the_rounded_probabilities():
+    """predictions.jsonl rounds each probability to 4 digits: 0.90004 (wrong) and 0.90001 (right)
+    both show 0.9, a tie that would merge their points of the curve. The curve and AURC rank by the
+    unrounded probabilities: the wrong row first, alone at coverage 1/3."""
+    import math
+
+    import numpy as np
+
+    from kotune.abstention import report
+    from tasks import build_task
+
+    cfg = compose(["task=text_cls", "predict.min_confidence=0.5"])
+    task = build_task(cfg.task)
+    task.labels = ["a", "b"]
+    logit = [math.log(p / (1 - p)) for p in (0.90004, 0.90001, 0.7)]
+    outputs = task.decode(np.array([[z, 0.0] for z in logit]), None, [{}] * 3)
+    assert [max(o.probabilities.values()) for o in outputs] == [0.9, 0.9, 0.7]  # as predictions.jsonl shows them
+    examples = [{"id": str(i), "text": "t", "label": label} for i, label in enumerate(["b", "a", "a"])]
+    entry = report(cfg, task, outputs, examples, scored=True, run_dir=None)
+    # exact: (1/3, risk 1), (2/3, 1/2), (1, 1/3) → 1/3 · (1 + 1/2 + 1/3); rounded, the first two tie: 2/3 · 1/2 + 1/3 · 1/3
+    assert [p["coverage"] for p in entry["curve"]] == pytest.approx([1 / 3, 2 / 3, 1])
+    assert entry["aurc"] == pytest.approx((1 + 1 / 2 + 1 / 3) / 3)
+
+
 def records(run_dir: str) -> list[dict]:
     return [json.loads(line) for line in (Path(run_dir) / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
 

@@ -75,14 +75,80 @@ def test_the_issues_file_ranks_rows_with_given_and_suggested_labels(run_job, tmp
     assert sum(c["n"] for c in summary["per_class"].values()) == 80
     assert res["data"]["train"]["file"] == str(train)
 
-    # the same out-of-fold predictions given as one file (label_issues.predictions): the same rows
-    merged = tmp_path / "oof.jsonl"
+    # the same out-of-fold predictions given as one file (label_issues.predictions), with the folds'
+    # full-precision probabilities beside it as a run writes them: the same rows
+    merged = tmp_path / "oof" / "predictions.jsonl"
+    merged.parent.mkdir()
     merged.write_text("".join(p.read_text() for p in sorted(sweep.rglob("predictions.jsonl"))))
+    exact = [json.loads(p.read_text()) for p in sorted(sweep.rglob("probabilities.json"))]
+    assert len(exact) == 3
+    (merged.parent / "probabilities.json").write_text(json.dumps(
+        {"labels": exact[0]["labels"], "rows": {k: v for e in exact for k, v in e["rows"].items()}}))
     again = run_job(["action=label_issues", "task=text_cls", f"label_issues.predictions={merged}",
                      f"data.train_file={train}"], "from_file")
     assert again["status"] == "ok", again.get("error")
     assert [json.loads(line)["id"] for line in (tmp_path / "from_file" / "label_issues.jsonl").read_text().splitlines()] \
         == [r["id"] for r in rows]
+    # the probabilities cleanlab read are the runs' unrounded ones (predictions.jsonl shows 4 digits)
+    full = {k: dict(zip(exact[0]["labels"], v)) for e in exact for k, v in e["rows"].items()}
+    assert all(r["given_probability"] == pytest.approx(full[r["id"]][r["given_label"]], abs=6e-7) for r in rows)
+
+
+def sample_examples() -> tuple[list[dict], dict[str, str]]:
+    """The flipped sample's rows as label_issues reads them (id ``train.tsv:LINE``), and each row's
+    original label."""
+    with open(SAMPLE, encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t"))
+    labels = sorted({r[1] for r in rows[1:]})
+    original = {f"train.tsv:{n + 1}": rows[n][1] for n in range(1, len(rows))}
+    examples = [{"id": f"train.tsv:{n + 1}", "text": rows[n][0],
+                 "label": labels[(labels.index(rows[n][1]) + 1) % 3] if n in FLIPPED else rows[n][1]}
+                for n in range(1, len(rows))]
+    return examples, original
+
+
+def test_the_flipped_rows_are_the_rows_flagged_when_the_model_knows_the_labels():
+    """Out-of-fold probabilities of a model that learned the original labels (0.8 on it, a little
+    spread): the rows whose label was flipped on purpose are exactly those flagged, each with its
+    original label suggested. (The 3-fold tiny runs above are near chance on 80 rows: they flag most rows.)"""
+    from kotune.reporting.label_issues import find_issues
+    from tasks import build_task
+
+    examples, original = sample_examples()
+    labels = sorted(set(original.values()))
+    records = {}
+    for i, ex in enumerate(examples):
+        top = 0.8 - 0.001 * (i % 7)
+        records[ex["id"]] = {"probabilities": {k: top if k == original[ex["id"]] else (1 - top) / 2 for k in labels}}
+    found = find_issues(build_task(compose(["task=text_cls"]).task), examples, records, "oof")
+    flipped = {f"train.tsv:{n + 1}" for n in FLIPPED}
+    assert {r["id"] for r in found["rows"]} == flipped
+    assert all(r["suggested_label"] == original[r["id"]] != r["given_label"] for r in found["rows"])
+
+
+def test_a_runs_exact_probabilities_replace_the_rounded_ones_and_a_stale_file_is_refused(tmp_path):
+    """probabilities.json beside predictions.jsonl: read back in place of the rounded values, each
+    checked to round to what predictions.jsonl shows (another run's file is refused in one line)."""
+    from kotune.actions.label_issues import with_exact_probabilities
+    from kotune.core.errors import DataError
+
+    def records() -> dict:
+        return {"a": {"id": "a", "probabilities": {"x": 0.3333, "y": 0.6667}},
+                "b": {"id": "b", "probabilities": {"x": 0.3333, "y": 0.6667}}}
+
+    assert with_exact_probabilities(records(), tmp_path) == records()  # no file: as they are
+    exact = {"labels": ["x", "y"], "rows": {"a": [0.33334, 0.66666], "b": [0.33326, 0.66674]}}
+    (tmp_path / "probabilities.json").write_text(json.dumps(exact))
+    got = with_exact_probabilities(records(), tmp_path)
+    assert got["a"]["probabilities"] == {"x": 0.33334, "y": 0.66666} and got["b"]["probabilities"]["x"] == 0.33326
+    for rows, error in [({"a": [0.5, 0.5], "b": [0.33326, 0.66674]}, "probabilities.json:a: 'x': 0.5 is not predictions.jsonl's 0.3333"),
+                        ({"a": [0.33334, 0.66666]}, "probabilities.json:b: its rows are not predictions.jsonl's"),
+                        ({"a": [0.33334], "b": [0.33326, 0.66674]}, "probabilities.json:a: not one probability per label"),
+                        ({"a": [0.33334, "high"], "b": [0.33326, 0.66674]}, "probabilities.json:a: 'y': 'high' is not a probability")]:
+        (tmp_path / "probabilities.json").write_text(json.dumps({"labels": ["x", "y"], "rows": rows}))
+        with pytest.raises(DataError) as e:
+            with_exact_probabilities(records(), tmp_path)
+        assert error in str(e.value) and "\n" not in str(e.value)
 
 
 def test_multi_label_issues_list_label_sets(run_job, tmp_path, cache_dir):

@@ -33,6 +33,7 @@ from kotune.core.files import write_jsonl_atomic, write_text_atomic
 from kotune.core.log import log
 from kotune.reporting.label_issues import FIELDS, find_issues
 from tasks import build_task
+from tasks.classification import EXACT_PROBABILITIES, exact_probabilities
 from tasks.splits import load_splits
 
 # keys of a fold run's config that may differ between the folds of one cross-validation
@@ -54,7 +55,10 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     if runs:
         run_cfg, records, source = fold_runs(str(runs))
     else:
-        run_cfg, records, source = cfg, read_records(str(preds)), {"predictions": os.path.abspath(str(preds))}
+        records = read_records(str(preds))
+        if os.path.basename(str(preds)) == "predictions.jsonl":  # a kotune run's: its exact probabilities beside it
+            records = with_exact_probabilities(records, os.path.dirname(os.path.abspath(str(preds))))
+        run_cfg, source = cfg, {"predictions": os.path.abspath(str(preds))}
     task = build_task(run_cfg.task)
     if runs:
         token_refusal(task, str(runs))
@@ -126,7 +130,7 @@ def fold_runs(folder: str) -> tuple[DictConfig, dict[str, dict], dict]:
         if not path.is_file():
             raise ConfigError(f"label_issues.runs={folder}: fold {fold}'s run wrote no predictions.jsonl "
                               "(save_predictions=false): rerun it with save_predictions=true")
-        for rec in read_records(str(path)).values():
+        for rec in with_exact_probabilities(read_records(str(path)), where).values():
             rec["fold"] = fold
             if rec["id"] in records:
                 raise DataError(str(path), rec["id"], "predicted in two folds: the folds overlap")
@@ -187,6 +191,18 @@ def read_records(path: str) -> dict[str, dict]:
     if not out:
         raise DataError(path, None, "no predictions in the file")
     return out
+
+
+def with_exact_probabilities(records: dict[str, dict], folder: str | Path) -> dict[str, dict]:
+    """``records`` with the full-precision probabilities its run wrote beside them (classification's
+    probabilities.json) in place of predictions.jsonl's rounded ones, where there is that file: rounded
+    probabilities tie rows that are not tied, and cleanlab's flags among tied rows follow the rows' order."""
+    path = os.path.join(str(folder), EXACT_PROBABILITIES)
+    if not os.path.isfile(path):
+        return records  # predictions from elsewhere, or of a kotune before the file
+    for row_id, probabilities in exact_probabilities(path, records).items():
+        records[row_id]["probabilities"] = probabilities
+    return records
 
 
 def training_rows(task, cfg: DictConfig) -> tuple[list[dict], dict]:
