@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kotune.core.errors import DataError, KotuneError
-from tasks.io import KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records
+from tasks.io import KNOWN_TEXT_COLUMNS, column_names, conventional_columns, field, read_records, refuse_nul
 from kotune.core.files import write_json_atomic, write_jsonl_atomic
 from kotune.core.log import log
 
@@ -32,9 +32,12 @@ def read_txt_lines(path: str) -> list[str]:
     with open(path, "rb") as f:
         raw = f.read()
     try:
-        return raw.decode("utf-8-sig").splitlines()
+        lines = raw.decode("utf-8-sig").splitlines()
     except UnicodeDecodeError as e:
         raise DataError(path, raw[:e.start].count(b"\n") + 1, "not UTF-8 text") from None
+    for n, line in enumerate(lines, 1):
+        refuse_nul(path, n, line)
+    return lines
 
 
 def read_texts(path: str, column: str | None = "text", fmt: str | None = None,

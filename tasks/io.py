@@ -74,11 +74,14 @@ def file_format(path: str, fmt: str | None = None) -> str:
 def read_json(path: str) -> Any:
     with open_text(path) as f:
         try:
-            return json.load(f)
+            data = json.load(f)
         except json.JSONDecodeError as e:
             raise DataError(path, e.lineno, f"malformed JSON: {e.msg} (column {e.colno})") from None
         except UnicodeDecodeError:
             raise DataError(path, None, "not UTF-8 text") from None
+    for where, value in ((f"row {i}", row) for i, row in enumerate(data)) if isinstance(data, list) else [(None, data)]:
+        refuse_nul_in(path, where, value)  # a list's element is a row, as read_records names it
+    return data
 
 
 def read_records(path: str, fmt: str | None = None, quoting: str | None = "auto") -> list[Record]:
@@ -109,6 +112,7 @@ def read_records(path: str, fmt: str | None = None, quoting: str | None = "auto"
                     raise DataError(path, n, f"malformed JSON line: {e.msg}") from None
                 if not isinstance(row, dict):
                     raise DataError(path, n, "expected a JSON object")
+                refuse_nul_in(path, n, row)
                 out.append((str(n), row))
         return out
     return _read_delimited(path, fmt, resolve_quoting(fmt, quoting))
@@ -204,11 +208,36 @@ def conventional_columns(path: str, present: list[str], wanted: tuple[str, ...],
 
 
 def text_lines(path: str, f) -> Iterator[str]:
-    """The lines of ``f``; bytes that are not UTF-8 become a DataError naming ``path``."""
+    """The lines of ``f``; bytes that are not UTF-8, or a NUL, become a DataError naming ``path``
+    (and the line)."""
     try:
-        yield from f
+        for n, line in enumerate(f, 1):
+            refuse_nul(path, n, line)
+            yield line
     except UnicodeDecodeError:
         raise DataError(path, None, "not UTF-8 text") from None
+
+
+def refuse_nul(path: str, where: str | int, text: str, what: str = "") -> None:
+    """A NUL character (``\\x00``) in a text is a DataError naming the file, the row and the column
+    (``what``: the field it is in): a tokenizer would read it silently, a binary file would pass as text."""
+    column = text.find("\x00")
+    if column >= 0:
+        raise DataError(path, where, f"{what}a NUL character (\\x00) at column {column + 1}: not text "
+                                     "(a binary file, or a broken export?)")
+
+
+def refuse_nul_in(path: str, where: str | int | None, value: Any, at: str = "") -> None:
+    """:func:`refuse_nul` on every string of a parsed JSON value (``\\u0000`` escapes decode to NUL),
+    naming the field (``a.b``, ``data[0].context``)."""
+    if isinstance(value, str):
+        refuse_nul(path, where, value, f"field '{at}': " if at else "")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            refuse_nul_in(path, where, item, f"{at}.{key}" if at else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            refuse_nul_in(path, where, item, f"{at}[{i}]")
 
 
 def field(path: str, where: str, row: dict, dotted: str, *, required: bool = True) -> Any:
