@@ -24,12 +24,29 @@ def positive(cfg: DictConfig, key: str, kind=int, allow_zero: bool = False):
     return number
 
 
+def warn_if_descriptors_run_out_first(max_connections: int, reserve: int = 64) -> None:
+    """A warning when ``ulimit -n`` leaves fewer descriptors than serve.max_connections (and the
+    process's own files): past them new connections wait in the kernel's queue, not a 503."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # no rlimits (Windows)
+        return
+    if soft != resource.RLIM_INFINITY and max_connections + reserve > soft:
+        warn(f"serve.max_connections={max_connections}, but this process may open {soft} files (ulimit -n): "
+             f"past about {max(soft - reserve, 0)} connections new ones wait instead of getting 503; "
+             "raise ulimit -n or lower serve.max_connections")
+
+
 def run(cfg: DictConfig, run_dir: str) -> dict:
     if not cfg.get("checkpoint"):
         raise ConfigError("action=serve needs checkpoint=RUN_DIR (action=train) or an export directory (action=export)")
     limits = {k: positive(cfg, k, allow_zero=k == "max_wait_ms")
-              for k in ("port", "max_batch_size", "max_wait_ms", "max_items", "max_body_bytes", "max_text_chars")}
-    seconds = {k: positive(cfg, k, float) for k in ("body_timeout_s", "keep_alive_s", "shutdown_grace_s")}
+              for k in ("port", "max_batch_size", "max_wait_ms", "max_items", "max_body_bytes", "max_text_chars",
+                        "max_connections")}
+    seconds = {k: positive(cfg, k, float)
+               for k in ("body_timeout_s", "keep_alive_s", "shutdown_grace_s", "header_timeout_s")}
     import datasets
 
     from kotune.serving.batcher import Batcher
@@ -53,8 +70,11 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     log(f"serving {what['task']} ({what['runtime']}{', ' + what['model_file'] if what['model_file'] else ''}) on "
         f"http://{host}:{port}: POST {', '.join(predictor.b.task.serve_paths)}, GET /health; batches of up to {batcher.max_batch} texts, "
         f"{limits['max_wait_ms']} ms wait{'; API key required' if api_key else ''} (Ctrl-C stops)")
+    warn_if_descriptors_run_out_first(limits["max_connections"])
     server = make_server(app, batcher, host, port, keep_alive_s=seconds["keep_alive_s"],
-                         shutdown_grace_s=seconds["shutdown_grace_s"])
+                         shutdown_grace_s=seconds["shutdown_grace_s"], header_timeout_s=seconds["header_timeout_s"],
+                         max_connections=limits["max_connections"], body_timeout_s=seconds["body_timeout_s"],
+                         max_body_bytes=limits["max_body_bytes"])
     stopped_by: list[str] = []
     # uvicorn stops on SIGINT/SIGTERM and then re-sends the signal to the handlers it found: these
     # note it instead of ending the process, so that results.json is still written

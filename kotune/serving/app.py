@@ -16,9 +16,10 @@ model's window (``"windows": n`` when the checkpoint reads documents as windows)
 Every item is checked before it joins a batch (a lone surrogate, a NUL, a text over
 ``serve.max_text_chars``: 422 naming the item and its ``index``), and a batch that fails is retried
 one item at a time, so that only the request holding the bad item fails. Every error is JSON
-``{"error": "one line", ...}``: 400 malformed JSON, 401 no or wrong API key, 404/405, 408 a body
-slower than ``serve.body_timeout_s``, 413 too large, 422 a bad input, 500 with an ``id`` the log
-repeats, 503 shutting down. Work for a client that has disconnected is dropped."""
+``{"error": "one line", ...}``: 400 malformed JSON (or nested too deeply), 401 no or wrong API key,
+404/405, 408 a body slower than ``serve.body_timeout_s``, 413 too large, 422 a bad input, 500 with
+an ``id`` the log repeats, 503 shutting down or over ``serve.max_connections``. Work for a client
+that has disconnected is dropped."""
 from __future__ import annotations
 
 import asyncio
@@ -185,6 +186,8 @@ async def answer(request, predictor, batcher: Batcher, max_items: int, max_text_
     except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
         return json_error(400, f"body: not JSON ({getattr(e, 'msg', type(e).__name__)}"
                                f"{f' at character {e.pos}' if getattr(e, 'pos', None) is not None else ''})")
+    except RecursionError:  # [[[[...: the parser's stack, not the server, gives out; the client's mistake
+        return json_error(400, "body: JSON nested too deeply")
     single = True
     try:
         items, single = request_items(body, predictor.fields, max_items, max_text_chars)
@@ -248,15 +251,27 @@ def create_app(predictor, batcher: Batcher, max_items: int, max_body_bytes: int,
 
 
 def make_server(app, batcher: Batcher, host: str, port: int, *, keep_alive_s: float = 5.0,
-                shutdown_grace_s: float = 5.0):
+                shutdown_grace_s: float = 5.0, header_timeout_s: float = 5.0, max_connections: int = 512,
+                body_timeout_s: float = 10.0, max_body_bytes: int = 1_000_000):
     """A uvicorn server whose shutdown answers every request in flight: new ones get 503 at once,
     those already queued are run while the grace period lasts (less a margin to send the answers),
-    then the rest get a 503 JSON answer; the log says how many of each."""
+    then the rest get a 503 JSON answer; the log says how many of each. Its connections have a head
+    time limit, a cap and a lingering close, and running out of descriptors is a warning
+    (kotune/serving/connections.py); their counts join ``batcher.stats``."""
     import uvicorn
+
+    from kotune.serving.connections import ConnectionLimits, accept_error_handler, protocol_class
+
+    limits = ConnectionLimits(header_timeout_s, max_connections, linger_s=body_timeout_s,
+                              linger_bytes=max(16 * max_body_bytes, 1 << 20), stats=batcher.stats)
 
     drain_s = max(shutdown_grace_s - 1.0, shutdown_grace_s / 2)
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            asyncio.get_running_loop().set_exception_handler(accept_error_handler(limits))
+            await super().startup(sockets)
+
         async def shutdown(self, sockets=None):
             batcher.closing = True
             if batcher.waiting:
@@ -275,6 +290,10 @@ def make_server(app, batcher: Batcher, host: str, port: int, *, keep_alive_s: fl
             finally:
                 timer.cancel()
 
-    return Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                 timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=shutdown_grace_s))
+    # log_config=None: uvicorn's own (logging.config.dictConfig) would close the handlers already
+    # set up, run.log's among them, which then reopens it at its next line: out of descriptors, that
+    # line raised out of the event loop and ended the server
+    return Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, log_config=None,
+                                 http=protocol_class(limits), ws="none", timeout_keep_alive=keep_alive_s,
+                                 timeout_graceful_shutdown=shutdown_grace_s))
 
