@@ -118,6 +118,10 @@ def check_choices(argv: list[str]) -> None:
             continue
         choices = preset_names(key)  # kotune's and the loaded plug-ins' (kotune/plugins.py)
         for v in value.split(","):
+            failed = broken_preset(key, v)  # a preset of an installed plug-in whose import raised
+            if failed:
+                print(f"error: {key}={v}: {failed}", file=sys.stderr)
+                sys.exit(2)
             if v and v not in choices and not v.startswith(("choice(", "range(", "glob(")):
                 print(f"error: unknown {key} '{v}' (choices: {', '.join(choices)})", file=sys.stderr)
                 sys.exit(2)
@@ -135,10 +139,6 @@ def sweep_id(argv: list[str]) -> str:
 
 def shared_run_dir(argv: list[str]) -> list[str]:
     """Under torchrun every process composes its own config: the default run directory's
-            failed = broken_preset(key, v)  # a preset of an installed plug-in whose import raised
-            if failed:
-                print(f"error: {key}={v}: {failed}", file=sys.stderr)
-                sys.exit(2)
     timestamp could differ between them (rank 0's results and model in one directory, another
     rank's checkpoint files in another). Without an explicit ``hydra.run.dir`` the processes of
     one launch share ``<date>_torchrun-<launcher pid>`` instead."""
