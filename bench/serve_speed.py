@@ -4,6 +4,7 @@ on ONNX Runtime (fp32, dynamic int8), plus the HTTP server batched against one-a
     python -m bench.serve_speed             # base shape + tiny, demo dev and 300 KLUE NLI pairs (< ~10 min idle)
     python -m bench.serve_speed --quick     # 48 texts, tiny only (~2 min idle)
     python -m bench.serve_speed --smoke     # every phase, the server included: tiny, 2 steps, 16 texts
+    python -m bench.serve_speed --device cuda --precision bf16   # kotune's rows and the server on a GPU, in bf16
 
 Models (one process, ``--threads`` intra-op threads for torch and onnxruntime alike):
 
@@ -85,7 +86,7 @@ def run_pipeline(m: dict, examples: list[dict], latency_n: int) -> dict:
     pair = "text_pair" in examples[0]
     inputs = [{"text": e["text"], "text_pair": e["text_pair"]} if pair else e["text"] for e in examples]
     with PeakMemory() as mem:
-        pipe = transformers.pipeline("text-classification", model=m["hf"], device="cpu")
+        pipe = transformers.pipeline("text-classification", model=m["hf"], device=m.get("device", "cpu"))
         pipe(inputs[:8], batch_size=8, truncation=True)  # warm-up (thread pools, first-call setup), as for kotune
         started = time.perf_counter()
         labels = [o["label"] for o in pipe(inputs, batch_size=32, truncation=True)]
@@ -107,7 +108,7 @@ def run_kotune(m: dict, examples: list[dict], latency_n: int, threads: int, onnx
 
     checkpoint = m["onnx"] if onnx_file else m["checkpoint"]
     cfg = compose([*m["common"], f"checkpoint={checkpoint}", "train.eval_batch_size=32", f"onnx.threads={threads}",
-                   *([f"onnx.file={onnx_file}"] if onnx_file else [])])
+                   *([f"onnx.file={onnx_file}"] if onnx_file else []), *m.get("inference", [])])
     with PeakMemory() as mem:
         b = build(cfg, (), onnx=True)
         predictor = predictor_for(cfg, b, str(Path(checkpoint).parent / "bench-predict"))
@@ -150,7 +151,8 @@ def served_throughput(m: dict, texts: list[str], max_batch: int, threads: int, w
     import httpx
 
     proc, url = start_server([*m["common"], f"checkpoint={m['onnx']}", f"serve.max_batch_size={max_batch}",
-                              "serve.max_wait_ms=10", f"onnx.threads={threads}"], work / f"serve-{m['name']}-{max_batch}")
+                              "serve.max_wait_ms=10", f"onnx.threads={threads}", *m.get("inference", [])],
+                             work / f"serve-{m['name']}-{max_batch}")
     try:
         elapsed = asyncio.run(_post_all(url, texts, clients=32))
         stats = httpx.get(f"{url}/health", timeout=10).json()
@@ -192,6 +194,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--no-serve", action="store_true", help="skip the HTTP server comparison")
     p.add_argument("--work", type=Path, default=None, help="working directory (default: a temporary one)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--device", default=None,
+                   help="predict.device of the kotune rows and the server (auto, cpu, cuda, cuda:N; default: "
+                        "kotune's, auto); the pipeline runs on the device it resolves to, in fp32")
+    p.add_argument("--precision", default=None, choices=("fp32", "bf16", "fp16"),
+                   help="predict.precision of the kotune rows and the server (default fp32)")
     p.add_argument("--smoke", action="store_true",
                    help="as --quick with 2 training steps, 16 texts and 3 latency samples: every phase in seconds")
     args = p.parse_args(argv)
@@ -214,6 +221,13 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.quick:
         models += [prepare("base-demo", BASE, "demo", 1, n_demo, work, cache),
                    prepare("base-nli", BASE, "nli", 1, n_nli, work, cache)]
+    from heads.model.inference import resolve
+
+    chosen = resolve(args.device or "auto", args.precision or "fp32")  # a device that is not there: one line, now
+    inference = [*([f"predict.device={args.device}"] if args.device else []),
+                 *([f"predict.precision={args.precision}"] if args.precision else [])]
+    for m in models:
+        m.update(inference=inference, device=chosen.device)
     results = [measure(m, latency_n, args.threads) for m in models]
     served = {}
     if not args.no_serve:
@@ -225,7 +239,7 @@ def main(argv: list[str] | None = None) -> dict:
         texts = [e["text"] for e in load_splits(build_task(cfg.task), cfg.data, ("validation",), 42)["validation"].examples]
         served = {"model": target["name"], "n": len(texts),
                   **{f"max_batch_{b}": served_throughput(target, texts, b, args.threads, work) for b in (32, 1)}}
-    report = {"threads": args.threads, "load_before": load, "load_after": os.getloadavg()[0],
+    report = {"threads": args.threads, **chosen.describe(), "load_before": load, "load_after": os.getloadavg()[0],
               "minutes": round((time.time() - started) / 60, 1), "results": results, "served": served}
     print_report(report)
     if args.out:
@@ -234,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def print_report(report: dict) -> None:
-    print(f"\nthreads {report['threads']}, load average {report['load_before']:.1f} → {report['load_after']:.1f} "
+    print(f"\n{report.get('device', 'cpu')} {report.get('precision', 'fp32')}, threads {report['threads']}, load average {report['load_before']:.1f} → {report['load_after']:.1f} "
           f"(2 cores), {report['minutes']} min")
     print("| model | data | n | backend | texts/s @32 | × pipeline | p50 ms @1 | p95 ms @1 | peak MB | model MB | "
           "agree fp32 | metric |")

@@ -5,8 +5,11 @@ export, the ONNX outputs, the model card), so that a head registered from outsid
 
 A head takes ``(hidden_states, attention_mask, **extra_inputs)`` and returns logits (a tensor or a
 tuple); ``head.loss(logits, **labels)`` gives the batch's mean loss, ``loss_sums`` and ``loss_counts``
-the same as sums and item counts (heads/loss.py). Options that change a head's computation are
-arguments of its class (flair's ``SequenceTagger(use_crf=…)``): ``TokenHead(crf=True, units="char")``.
+the same as sums and item counts (heads/loss.py): ``loss_sums(logits, **labels)`` a list of 0-d float
+tensors, one sum per loss term, and ``loss_counts(**labels)`` a 1-d tensor with the item count of each
+term (checked at every batch: heads/loss.py's ``checked_sums``, ``checked_counts``). Options that
+change a head's computation are arguments of its class (flair's ``SequenceTagger(use_crf=…)``):
+``TokenHead(crf=True, units="char")``.
 """
 from __future__ import annotations
 
@@ -61,8 +64,17 @@ class Head(nn.Module):
 
     @property
     def onnx_outputs(self) -> tuple[str, ...]:
-        """The names of ``forward``'s outputs in an ONNX graph of the native twin."""
+        """The names of ``forward``'s outputs in an ONNX graph (of the native twin, or of the kotune
+        model itself for a head without one: kotune/export/onnx.py), in the order ``forward`` returns them."""
         return ("logits",)
+
+    @property
+    def probabilities(self) -> str | None:
+        """What its logits are to ``train.calibrate`` (heads/calibration.py): ``"softmax"`` (a distribution
+        over the classes per item), ``"sigmoid"`` (a probability per label), or None (no class
+        probabilities: a regression's value, scores decoded otherwise), which refuses calibration before
+        training. None unless a head says otherwise."""
+        return None
 
     def options(self) -> dict[str, Any]:
         """The head options that set it apart from its plain kind, for messages and results."""

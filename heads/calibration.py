@@ -30,6 +30,10 @@ def why_not_calibrated(head: nn.Module) -> str | None:
     if getattr(head, "use_crf", False):
         return ("a CRF (task.crf=true) decodes tags with transition scores over the whole sentence: scaling the "
                 "emissions would change its paths")
+    if getattr(head, "probabilities", None) not in ("softmax", "sigmoid"):  # the head's contract (heads/base.py)
+        return (f"the {kind} head yields no class probabilities (its probabilities is "
+                f"{getattr(head, 'probabilities', None)!r}; a head whose logits are a softmax or a sigmoid per label "
+                "says 'softmax' or 'sigmoid')")
     if not isinstance(getattr(head, "out", None), nn.Linear):
         return f"the {kind} head has no last linear layer ('out') to fold a calibration into"
     return None

@@ -15,6 +15,7 @@ import torch
 from torch.nn import functional as F
 
 from heads.base import Head
+from kotune.core.errors import KotuneError
 from tasks.base import IGNORE
 
 
@@ -42,6 +43,44 @@ def mean_of_terms(sums: list[torch.Tensor], counts) -> torch.Tensor:
     return sum(s / counts[t].to(s.device, s.dtype).masked_fill(counts[t] == 0, 1) for t, s in enumerate(sums))
 
 
+def _head_name(head: Head) -> str:
+    """``the mean_regression head (my_plugin.heads.MeanRegressionHead)``: the head as a contract error names it."""
+    cls = type(head)
+    return f"the {getattr(head, 'registered_name', cls.__name__)} head ({cls.__module__}.{cls.__qualname__})"
+
+
+def _shown(value) -> str:
+    """What a head returned, in a few words: ``a Tensor of shape [8]``, ``float``."""
+    if torch.is_tensor(value):
+        return f"a Tensor of shape {list(value.shape)}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {', '.join(_shown(v) for v in value[:3])}{', ...' if len(value) > 3 else ''}"
+    return type(value).__name__
+
+
+def checked_sums(head: Head, sums) -> list[torch.Tensor]:
+    """``head.loss_sums``' answer as the contract says (a list or tuple of one-element tensors, one sum per
+    loss term), or one line naming the head: a plug-in head's mistake is found at its first batch, not
+    as a traceback from inside the Trainer."""
+    if (not isinstance(sums, (list, tuple)) or not sums
+            or not all(torch.is_tensor(s) and s.numel() == 1 and s.is_floating_point() for s in sums)):
+        raise KotuneError(f"{_head_name(head)}: loss_sums returned {_shown(sums)}; it must return a list of 0-d "
+                          "float tensors, one sum per loss term (docs/development/plugins.md)")
+    return list(sums)
+
+
+def checked_counts(head: Head, counts, terms: int | None = None) -> torch.Tensor:
+    """``head.loss_counts``' answer as the contract says (a 1-d tensor, one item count per loss term), or one line
+    naming the head; ``terms``: how many sums ``loss_sums`` gave, where known."""
+    if (not torch.is_tensor(counts) or counts.dim() != 1 or counts.numel() == 0
+            or (terms is not None and counts.numel() != terms) or counts.is_complex() or counts.dtype == torch.bool):
+        expected = f"{terms} entr{'y' if terms == 1 else 'ies'}" if terms is not None else "an entry per loss term"
+        raise KotuneError(f"{_head_name(head)}: loss_counts returned {_shown(counts)}; it must return a 1-d tensor "
+                          f"with {expected}, the number of labelled items in each loss term "
+                          "(docs/development/plugins.md)")
+    return counts
+
+
 class CountedLoss(Head):
     """A head whose loss is ``mean_of_terms(loss_sums(logits, **labels), loss_counts(**labels))``;
     the labels are the batch fields ``label_fields`` names, in that order."""
@@ -55,7 +94,8 @@ class CountedLoss(Head):
     def loss(self, logits, *labels: torch.Tensor, **named: torch.Tensor) -> torch.Tensor:
         """The batch's own mean (what evaluation reports; training divides by the step's counts)."""
         named.update(zip(self.label_fields, labels))
-        return mean_of_terms(self.loss_sums(logits, **named), self.loss_counts(**named))
+        sums = checked_sums(self, self.loss_sums(logits, **named))
+        return mean_of_terms(sums, checked_counts(self, self.loss_counts(**named), len(sums)))
 
 
 class LabelledCrossEntropy(CountedLoss):

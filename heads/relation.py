@@ -16,6 +16,7 @@ class RelationHead(LabelledCrossEntropy):
     """[subject-start state; object-start state] → dropout → dense → tanh → dropout → out."""
 
     extra_inputs = ("subject_start", "object_start")
+    probabilities = "softmax"
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
         super().__init__()

@@ -61,6 +61,10 @@ class SequenceHead(WeightedCrossEntropy):
             nn.init.xavier_uniform_(self.out.weight)
             nn.init.constant_(self.out.bias, 1e-2)
 
+    @property
+    def probabilities(self) -> str | None:
+        return "sigmoid" if self.multi_label else None if self.num_labels == 1 else "softmax"  # None: a regression
+
     def pool(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return pool(hidden_states, attention_mask, self.pooling)
 

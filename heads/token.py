@@ -83,6 +83,10 @@ class TokenHead(WeightedCrossEntropy):
             self.crf = ChainCRF(num_labels, crf_constraints)
 
     @property
+    def probabilities(self) -> str | None:
+        return None if self.use_crf else "softmax"  # a CRF's paths are not read from per-tag probabilities
+
+    @property
     def extra_inputs(self) -> tuple[str, ...]:
         return (CHAR_INPUTS if self.units == "char" else ()) + (("label_slots",) if self.use_crf else ())
 

@@ -81,7 +81,7 @@ def _logits_and_labels(trainer, b, split: str) -> tuple[np.ndarray, np.ndarray]:
         raise ConfigError(f"train.calibrate: the {split} split's logits and labels do not line up "
                           f"({logits.shape} vs {None if labels is None else labels.shape})")
     k = logits.shape[-1]
-    if getattr(b.model.head, "multi_label", False):
+    if b.model.head.probabilities == "sigmoid":
         return logits.reshape(-1, k), labels[..., :k].reshape(-1, k).astype(np.float64)
     logits, labels = logits.reshape(-1, k), labels.reshape(-1).astype(np.int64)
     if len(labels) != len(logits):  # token axes padded differently: read the real slots only
@@ -115,7 +115,7 @@ def calibrate(cfg: DictConfig, trainer, b, run_dir: str) -> dict | None:
     entry = {"method": None, "temperature": None, "platt": None, "held_out": len(b.splits[SPLIT].examples),
              "held_out_items": int(len(y_fit)), "fraction": fraction(cfg), "fit_on": "calibrate",
              "measured_on": "validation", "n_items": int(len(y_val)), "bins": 15}
-    if getattr(b.model.head, "multi_label", False):
+    if b.model.head.probabilities == "sigmoid":
         scale, shift = fit_platt(torch.from_numpy(z_fit), torch.from_numpy(y_fit))
         a, c = np.asarray(scale), np.asarray(shift)
         before = _sigmoid(z_val).reshape(-1)

@@ -195,13 +195,12 @@ class Distillation:
     def results(self, cfg: DictConfig, b: Built, split: str) -> dict:
         """results.json ``distill``: the teacher (path, digest, size, its score on ``split``), the
         student's layer map, the loss settings, the logit cache."""
-        from kotune.build import make_collator
         from kotune.checkpoint_fit import task_for_checkpoint
-        from kotune.predict import BatchPredictor, predict_rows
+        from kotune.predict import batch_predictor, predict_rows
         from tasks import build_task
 
         teacher = self.teacher
-        predictor = BatchPredictor(teacher.forward(), int(cfg.train.eval_batch_size), make_collator(b.tokenizer, cfg))
+        predictor = batch_predictor(cfg, teacher.model, b.tokenizer)  # predict.device, precision, batch_tokens
         # decided as the teacher decides (multi-label: its own tuned thresholds), not as the student
         task = task_for_checkpoint(build_task(cfg.task), teacher.meta | {"head": teacher.model.head_description()},
                                    self.opts.teacher)

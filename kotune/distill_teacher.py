@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Callable
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from heads.model.inference import Inference, of as inference_of
 from kotune.build import Encoder, load_checkpoint_side
 from kotune.core.atomic_dir import MANIFEST
 from kotune.core.errors import ConfigError
@@ -54,6 +54,7 @@ class Teacher:
                                              onnx=self.source == "onnx")
             self.mode = self.side.model.mode if self.source == "run" else spec.get("mode")
         self.model = self.side.model
+        self.inference = inference_of(cfg)  # predict.device, predict.precision: its logits and its score
         if self.source == "run" and self.model.lora:  # its adapter merged once: the plain encoder computes its logits and lends layers
             self.model.encoder = self.model.bare_encoder()
 
@@ -89,8 +90,9 @@ class Teacher:
         from heads.model.teacher_cache import TeacherSource, kotune_teacher
 
         if self.source == "run":
-            return kotune_teacher(self.model)
+            return kotune_teacher(self.model, self.inference)
         model = self.model
+        model.run_on(self.inference)  # an export runs where predict.device says (its provider, its device)
 
         def logits(input_ids, attention_mask, token_type_ids=None, **extra):
             batch = {k: v.cpu().numpy() for k, v in {"input_ids": input_ids, "attention_mask": attention_mask,
@@ -100,18 +102,11 @@ class Teacher:
                 return tuple(torch.from_numpy(np.asarray(x, dtype=np.float32)) for x in out)
             return torch.from_numpy(np.asarray(out, dtype=np.float32))
 
-        # an export is its files: the manifest's digests (every file) name it
-        return TeacherSource(logits, f"{self.source}:{file_digest(self.folder)}:{getattr(model, 'file', None)}",
+        # an export is its files: the manifest's digests (every file) name it (and a precision other than fp32)
+        precision = "" if self.inference.precision == "fp32" else f":{self.inference.precision}"
+        return TeacherSource(logits, f"{self.source}:{file_digest(self.folder)}:{getattr(model, 'file', None)}{precision}",
                              model.head_description(), getattr(self.config, "pad_token_id", None) or 0,
-                             torch.device("cpu"))
-
-    def forward(self) -> Callable[[dict], Any]:
-        """A padded batch → its logits as numpy, for the teacher's score (kotune/predict.py)."""
-        if self.source == "run":
-            from kotune.runtimes import torch_forward
-
-            return torch_forward(self.model.cpu())
-        return self.model  # OnnxModel and NativeModel are their own forward
+                             Inference())  # the batch reaches the export on the CPU, as numpy
 
 
 def native_side(cfg: DictConfig, path: str) -> Encoder:

@@ -16,8 +16,10 @@ from omegaconf import DictConfig
 
 from kotune import abstention
 from kotune.build import Built, build, make_collator
-from kotune.runtime import is_rank_zero, local_rank_zero_first
-from kotune.runtimes import runtime_of
+from heads.model import inference
+from heads.model.inference import row_size, token_batches
+from kotune.runtime import is_rank_zero, local_rank_zero_first, world_size
+from kotune.runtimes import batch_forward, runtime_of
 from tasks.base import IGNORE
 from kotune.core.errors import ConfigError
 from kotune.core.files import write_jsonl_atomic
@@ -32,7 +34,7 @@ REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "n_select", "
                "pruned",
                "class_weights",
                "calibration", "distill", "setfit",
-               "decision", "abstention", "predictions_file", "metrics", "data")
+               "decision", "abstention", "inference", "predictions_file", "metrics", "data")
 
 
 def concat_padded(parts: list) -> Any:
@@ -54,29 +56,71 @@ def concat_padded(parts: list) -> Any:
 
 class BatchPredictor:
     """``Trainer.predict`` for a model Trainer does not run: rows in the order given, ``batch_size``
-    at a time, padded by the training collator, through ``forward`` (a padded batch → logits)."""
+    at a time (or, with ``batch_tokens``, as many as keep rows × padded length within it: a long
+    request is split, never one batch past the budget), padded by the training collator, through
+    ``forward`` (a padded batch → logits)."""
 
-    def __init__(self, forward: Callable[[dict], Any], batch_size: int, collator):
+    def __init__(self, forward: Callable[[dict], Any], batch_size: int, collator, batch_tokens: int | None = None):
         self.forward, self.batch_size, self.collator = forward, max(1, int(batch_size)), collator
+        self.batch_tokens = batch_tokens
+        self.inference: inference.Inference | None = None  # set by batch_predictor: reported, not read
 
     def predict(self, rows):
         from transformers.trainer_utils import PredictionOutput
 
         started, parts = time.perf_counter(), []
-        for first in range(0, len(rows), self.batch_size):
-            batch = self.collator([rows[i] for i in range(first, min(first + self.batch_size, len(rows)))])
-            parts.append(self.forward(batch))
+        items = [rows[i] for i in range(len(rows))]
+        multiple = getattr(self.collator, "multiple", 1)
+        for batch in token_batches(map(row_size, items), self.batch_tokens, self.batch_size, multiple):
+            parts.append(self.forward(self.collator([items[i] for i in batch])))
         speed = len(rows) / max(time.perf_counter() - started, 1e-9)
         return PredictionOutput(predictions=concat_padded(parts), label_ids=None,
                                 metrics={"test_samples_per_second": speed})
 
 
+def batch_predictor(cfg: DictConfig, model, tokenizer) -> BatchPredictor:
+    """The job's :class:`BatchPredictor` over ``model``: its runtime's forward on ``predict.device`` and
+    ``predict.precision`` (heads/model/inference.py), ``train.eval_batch_size`` rows or
+    ``predict.batch_tokens`` tokens a batch. Serve, ``kotune.load``, rerank and the teacher's score use it."""
+    options, chosen = cfg.get("predict") or {}, inference.of(cfg)
+    predictor = BatchPredictor(batch_forward(model, chosen), int(cfg.train.eval_batch_size),
+                               make_collator(tokenizer, cfg), inference.check_batch_tokens(options.get("batch_tokens")))
+    predictor.inference = chosen
+    return predictor
+
+
+def inference_report(model, predictor) -> dict:
+    """Where the batches ran (results.json ``inference``, serve's /health): the device, precision and
+    token budget; an ONNX export's execution provider; ``trainer`` when Trainer ran them."""
+    if not isinstance(predictor, BatchPredictor):  # Trainer: train.* (bf16, fp16, use_cpu) decide
+        args = predictor.args
+        precision = "bf16" if args.bf16_full_eval else "fp16" if args.fp16_full_eval else "fp32"
+        return {"device": str(args.device), "precision": precision, "batch_tokens": None, "provider": None,
+                "runner": "trainer"}
+    chosen = predictor.inference or inference.Inference()
+    return {**chosen.describe(), "batch_tokens": predictor.batch_tokens,
+            "provider": getattr(model, "provider", None), "runner": "kotune"}
+
+
+def outside_trainer(cfg: DictConfig) -> bool:
+    """Whether a checkpoint's eval/predict runs through :func:`batch_predictor` rather than Trainer:
+    when ``predict.device``, ``precision`` or ``batch_tokens`` is set (Trainer reads train.*). One
+    process: under torchrun they are refused in one line."""
+    options = cfg.get("predict") or {}
+    chosen = [f"predict.{k}={options.get(k)}" for k, default in (("device", "auto"), ("precision", "fp32"),
+                                                                  ("batch_tokens", None))
+              if options.get(k, default) not in (default, None)]
+    if chosen and world_size() > 1:
+        raise ConfigError(f"{', '.join(chosen)}: set for one process; under torchrun evaluation runs in "
+                          "Trainer on every rank (leave predict.device, precision and batch_tokens unset)")
+    return bool(chosen)
+
+
 def predictor_for(cfg: DictConfig, b: Built, run_dir: str):
     """What runs the batches, as the model's runtime says (kotune/runtimes.py): Trainer for a
-    checkpoint, :class:`BatchPredictor` for an ONNX export."""
-    runtime = runtime_of(b.model)
-    if not runtime.trainer:
-        return BatchPredictor(runtime.forward(b.model), int(cfg.train.eval_batch_size), make_collator(b.tokenizer, cfg))
+    checkpoint (unless :func:`outside_trainer`), :class:`BatchPredictor` for an ONNX export."""
+    if not runtime_of(b.model).trainer or outside_trainer(cfg):
+        return batch_predictor(cfg, b.model, b.tokenizer)
     from kotune.trainer import make_trainer  # transformers' Trainer: loaded once a model is to run
 
     return make_trainer(cfg, b, run_dir)
@@ -162,5 +206,6 @@ def predict_from_checkpoint(cfg: DictConfig, run_dir: str, split: str, usage: st
         raise ConfigError(usage)
     with local_rank_zero_first():
         b = build(cfg, (split,), onnx=True)
-    outputs, speed = predict(predictor_for(cfg, b, run_dir), b, split)
-    return run_report(cfg, run_dir, b, split, outputs, speed)
+    predictor = predictor_for(cfg, b, run_dir)
+    outputs, speed = predict(predictor, b, split)
+    return run_report(cfg, run_dir, b, split, outputs, speed, inference=inference_report(b.model, predictor))

@@ -4,13 +4,15 @@ Runtime, registered with ``kotune.register_runtime``), asked by action=predict /
 (kotune/serving/app.py, kotune/api/predictor.py).
 
 ``torch`` is kotune's own model (heads/model/kotune_model.py's KotuneModel), registered here: transformers'
-Trainer runs it, and the server's batches go through :func:`torch_forward`. The others register
+Trainer runs it, and every batch outside Trainer goes through :func:`torch_forward` (which runs
+heads/model/inference.py's one forward on ``predict.device``). The others register
 beside their model classes: ``onnxruntime`` (kotune/export/onnx.py) and ``transformers`` (kotune/api/native.py).
 (kotune/runtime.py is another matter: where a job runs, its devices and ranks.)"""
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from heads.model.inference import Inference
 from kotune.core.backends import Runtime
 from kotune.core.registry import RUNTIMES, register_runtime
 
@@ -24,7 +26,7 @@ class TorchRuntime(Runtime):
     kind = "kotune"
 
     def forward(self, model: Any) -> Callable[[dict], Any]:
-        return torch_forward(model)
+        return torch_forward(model, self.inference)
 
 
 def runtime_of(model: Any) -> Runtime:
@@ -33,17 +35,49 @@ def runtime_of(model: Any) -> Runtime:
     return RUNTIMES.get(str(model.runtime))()
 
 
-def torch_forward(model) -> Callable[[dict], Any]:
-    """A KotuneModel's logits of one padded batch, as numpy (the labels in a batch are left out)."""
-    import torch
-
-    model.eval()
+def torch_forward(model, inference: Inference | None = None) -> Callable[[dict], Any]:
+    """A KotuneModel's logits of one padded batch, as numpy (the labels in a batch are left out): the
+    model moved once to ``inference``'s device, each batch through its one forward
+    (heads/model/inference.py: inputs moved, autocast, outputs back to the CPU)."""
+    inference = inference or Inference()
+    inference.place(model)
 
     def forward(batch: dict) -> Any:
-        with torch.inference_mode():
-            logits = model(**{k: v for k, v in batch.items() if k not in model.head.label_fields})["logits"]
-        if isinstance(logits, tuple):
-            return tuple(x.float().numpy() for x in logits)
-        return logits.float().numpy()
+        return inference.forward(model, **{k: v for k, v in batch.items() if k not in model.head.label_fields})
 
     return forward
+
+
+def batch_forward(model: Any, inference: Inference | None = None) -> Callable[[dict], Any]:
+    """What runs ``model``'s padded batches outside Trainer, as its runtime says, on ``inference``'s
+    device and precision (the runtime reads :attr:`Runtime.inference`)."""
+    runtime = runtime_of(model)
+    runtime.inference = inference or Inference()
+    return runtime.forward(model)
+
+
+def onnx_run_on(model: Any, inference: Inference | None) -> None:
+    """An ONNX export's session (kotune/export/onnx.py's OnnxModel) on ``inference``'s device:
+    onnxruntime's CUDAExecutionProvider for cuda:N where this onnxruntime has it, else the CPU's
+    (a CUDA device named explicitly without it: one line); ``model.provider`` and the log say which."""
+    import onnxruntime as ort
+
+    from kotune.core.errors import ConfigError
+    from kotune.core.log import log
+
+    inference = inference or Inference()
+    device, available = inference.device, ort.get_available_providers()
+    providers: list = ["CPUExecutionProvider"]
+    if device.startswith("cuda") and "CUDAExecutionProvider" in available:
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)}))
+    elif device.startswith("cuda") and inference.explicit:
+        raise ConfigError(f"predict.device={device}: this onnxruntime has no CUDAExecutionProvider (it has "
+                          f"{', '.join(available)}; install onnxruntime-gpu); use predict.device=cpu or auto")
+    if inference.precision != "fp32":
+        log(f"predict.precision={inference.precision}: an ONNX export runs its graph as exported ({model.file})")
+    if len(providers) > 1:
+        model.session = ort.InferenceSession(model.path, model.options, providers=providers)
+    model.provider = model.session.get_providers()[0]
+    fallback = device.startswith("cuda") and model.provider == "CPUExecutionProvider"
+    log(f"onnxruntime runs {model.file} on {model.provider}"
+        + (f" (predict.device=auto found {device}; this onnxruntime has no CUDA provider)" if fallback else ""))

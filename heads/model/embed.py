@@ -6,16 +6,18 @@ import numpy as np
 import torch
 
 from heads.model.feature_cache import iter_states
+from heads.model.inference import Inference, resolve
 
 
 def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *,
-                   batch_size: int) -> np.ndarray:
-    """One vector per row: ``mode.layers`` through ``mixer``, then ``pooling`` (cls | mean)."""
+                   batch_size: int, inference: Inference | None = None) -> np.ndarray:
+    """One vector per row: ``mode.layers`` through ``mixer``, then ``pooling`` (cls | mean), on
+    ``inference``'s device and precision (None: the GPU where there is one, fp32)."""
     from heads.model.layers import pool
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    encoder.to(device).eval()
-    mixer.to(device)
+    inference = inference or resolve()
+    inference.place(encoder)
+    inference.place(mixer)
 
     def vectors(ids, mask, token_types):
         return pool(mixer(mixer.states(encoder, ids, mask, token_types)), mask, pooling)
@@ -23,19 +25,19 @@ def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *,
     out = np.zeros((len(features), int(encoder.config.hidden_size) * mixer.spec.width), dtype=np.float32)
     pad_id = getattr(encoder.config, "pad_token_id", None) or 0
     for rows, batch in iter_states(vectors, features, pad_token_id=pad_id, batch_size=batch_size,
-                                   device=device, what="embedding"):
-        out[rows] = batch.numpy()
+                                   inference=inference, what="embedding"):
+        out[rows] = batch
     return out
 
 
 def token_vectors_by_layer(encoder: torch.nn.Module, features, picks: list[tuple[int, list[int]]], *,
-                           batch_size: int) -> np.ndarray:
+                           batch_size: int, inference: Inference | None = None) -> np.ndarray:
     """For each ``(row, token indices)`` pick, the mean of those tokens' states in every layer
     (embeddings first): [len(picks), L + 1, H]."""
     from heads.model.layers import LayerMixer, parse_layers
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    encoder.to(device).eval()
+    inference = inference or resolve()
+    inference.place(encoder)
     every_layer = LayerMixer(parse_layers("scalar_mix", int(encoder.config.num_hidden_layers)))
     rows = sorted({row for row, _ in picks})
     position = {row: k for k, row in enumerate(rows)}
@@ -49,9 +51,9 @@ def token_vectors_by_layer(encoder: torch.nn.Module, features, picks: list[tuple
         return every_layer.states(encoder, ids, mask, token_types)
 
     for batch_rows, batch in iter_states(all_layers, features.select(rows), pad_token_id=pad_id,
-                                         batch_size=batch_size, device=device,
+                                         batch_size=batch_size, inference=inference,
                                          what="target word states"):
         for j, k in enumerate(batch_rows):  # reduce per batch: [T, L+1, H] per row adds up fast
             for n in picks_of[k]:
-                out[n] = batch[j, picks[n][1]].mean(0).numpy()
+                out[n] = batch[j, picks[n][1]].mean(0)
     return out

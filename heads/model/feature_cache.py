@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from heads.model.inference import Inference
 from heads.model.layers import LayerSpec
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
@@ -224,11 +225,12 @@ def ensure_writable(settings: CacheSettings) -> None:
 StatesFn = Callable[..., torch.Tensor]
 
 
-def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size: int, device,
-                what: str, extra: tuple[str, ...] = ()) -> Iterator[tuple[list[int], torch.Tensor]]:
+def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size: int, inference: Inference,
+                what: str, extra: tuple[str, ...] = ()) -> Iterator[tuple[list[int], np.ndarray]]:
     """Run ``states_fn`` (ids, mask, token types, and the ``extra`` columns by name → a batch-first
-    tensor, e.g. [B, T, K, H]) over ``features`` in length-sorted batches, no grad; yields each
-    batch's row indices and output (float32, on the CPU). Logs progress."""
+    tensor, e.g. [B, T, K, H]) over ``features`` in length-sorted batches through ``inference``'s one
+    forward (heads/model/inference.py: its device and precision, no grad); yields each batch's row
+    indices and output (float32 numpy). Logs progress."""
     from tasks.collate import DynamicPaddingCollator
 
     columns = [c for c in ENCODER_INPUTS + tuple(extra) if c in features.column_names]
@@ -240,11 +242,9 @@ def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size:
     done = 0
     for start in range(0, len(order), batch_size):
         rows = order[start: start + batch_size]
-        batch = {k: v.to(device) for k, v in collate([inputs[i] for i in rows]).items()}
-        with torch.inference_mode():
-            states = states_fn(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-                               **{k: batch[k] for k in extra if k in batch})
-        yield rows, states.float().cpu()
+        batch = collate([inputs[i] for i in rows])
+        yield rows, inference.forward(states_fn, batch["input_ids"], batch["attention_mask"],
+                                      batch.get("token_type_ids"), **{k: batch[k] for k in extra if k in batch})
         done += len(rows)
         if time.time() - last > 10 or done == len(order):
             last = time.time()
@@ -253,7 +253,7 @@ def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size:
 
 
 def _build(states_fn: StatesFn, features, path: str, key: str, parts: dict, lengths: np.ndarray,
-           shape: tuple[int, int], settings: CacheSettings, pad_token_id: int, device, what: str,
+           shape: tuple[int, int], settings: CacheSettings, pad_token_id: int, inference: Inference, what: str,
            extra: tuple[str, ...] = ()) -> None:
     from kotune.core.files import write_json_atomic
 
@@ -265,9 +265,9 @@ def _build(states_fn: StatesFn, features, path: str, key: str, parts: dict, leng
     store = np.lib.format.open_memmap(states_path, mode="w+", dtype=DTYPES[settings.dtype],
                                       shape=(int(offsets[-1]), *shape))
     for rows, states in iter_states(states_fn, features, pad_token_id=pad_token_id,
-                                    batch_size=settings.batch_size, device=device, what=what, extra=extra):
+                                    batch_size=settings.batch_size, inference=inference, what=what, extra=extra):
         for j, i in enumerate(rows):
-            store[offsets[i]: offsets[i + 1]] = states[j, : lengths[i]].numpy()
+            store[offsets[i]: offsets[i + 1]] = states[j, : lengths[i]]
     store.flush()
     del store
     np.save(os.path.join(tmp, "offsets.npy"), offsets)
@@ -314,7 +314,7 @@ def cached_inputs(model, inputs: dict, identity: dict, settings: CacheSettings, 
                           f"({parts}; {shape[0]} state(s) × {shape[1]} per token, {settings.dtype}); raise "
                           "mode.cache_max_gb, choose fewer layers than scalar_mix, or set mode.cache=false")
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    on = Inference("cuda:0" if torch.cuda.is_available() else "cpu")  # training's device; fp32 (settings.dtype is kept)
     pad_id = getattr(model.encoder.config, "pad_token_id", None) or 0
     out, report = {}, {"dir": settings.root, "dtype": settings.dtype, "states_per_token": shape[0],
                        "splits": {}}
@@ -340,9 +340,9 @@ def cached_inputs(model, inputs: dict, identity: dict, settings: CacheSettings, 
                         raise ConfigError(f"cache_dir={settings.cache_dir}: {nbytes / GB:.2f} GB of frozen "
                                           f"features do not fit in {free / GB:.2f} GB free; set "
                                           "cache_dir=ELSEWHERE or mode.cache=false")
-                    model.to(device)
+                    model.to(on.device)
                     _build(model.layer_states, features, path, key, parts, lengths, shape, settings,
-                           pad_id, device, what=f"frozen cache {split}")
+                           pad_id, on, what=f"frozen cache {split}")
             store = FeatureStore(path)
             out[split] = CachedInputs(features, store)
             seconds = time.time() - started

@@ -24,7 +24,7 @@ from torch import nn
 
 from heads.registry import HEADS, resolve
 from heads.model.layers import LayerMixer, check_pooling, parse_layers
-from heads.loss import mean_of_terms
+from heads.loss import checked_counts, checked_sums, mean_of_terms
 from heads.native import native_arguments, takes_pooler
 from kotune.core.atomic_dir import MANIFEST, settle, verify_manifest, written_whole
 from kotune.core.errors import ConfigError, KotuneError
@@ -153,7 +153,7 @@ class KotuneModel(nn.Module):
         """Per term of the head's loss, the labelled items of ``batch`` (None: it has no labels)."""
         if not all(k in batch for k in self.head.label_fields):
             return None
-        return self.head.loss_counts(**{k: batch[k] for k in self.head.label_fields})
+        return checked_counts(self.head, self.head.loss_counts(**{k: batch[k] for k in self.head.label_fields}))
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, layer_states=None,
                 num_items_in_batch=None, **inputs):
@@ -168,8 +168,10 @@ class KotuneModel(nn.Module):
             logits = self.tokens_logits(input_ids, attention_mask, token_type_ids, layer_states, inputs)
         out = {"logits": logits}
         if labels and all(v is not None for v in labels.values()):
-            counts = self.head.loss_counts(**labels) if num_items_in_batch is None else num_items_in_batch
-            out["loss"] = mean_of_terms(self.head.loss_sums(logits, **labels), counts)
+            sums = checked_sums(self.head, self.head.loss_sums(logits, **labels))  # a plug-in's mistake: one line
+            counts = (checked_counts(self.head, self.head.loss_counts(**labels), len(sums)) if num_items_in_batch is None
+                      else num_items_in_batch)
+            out["loss"] = mean_of_terms(sums, counts)
         return out
 
     def tokens_logits(self, input_ids, attention_mask, token_type_ids, layer_states, inputs: dict):

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from heads.distill_loss import teacher_rows
+from heads.model.inference import Inference, resolve
 from heads.model.feature_cache import (CacheSettings, CachedInputs, FeatureStore, _build, _locked, data_digest,
                                        row_lengths, validate, weights_digest)
 from kotune.core.errors import ConfigError
@@ -43,23 +43,23 @@ class TeacherSource:
     digest: str                 # its weights: another teacher is another key
     description: str            # its head, as kotune describes it
     pad_id: int
-    device: torch.device
+    inference: Inference  # where its batches run (predict.device, predict.precision): heads/model/inference.py
 
 
-def kotune_teacher(model) -> TeacherSource:
-    """A KotuneModel as a teacher: run on the GPU where there is one, moved there at its first batch
-    (a cache hit never moves it)."""
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def kotune_teacher(model, inference: Inference | None = None) -> TeacherSource:
+    """A KotuneModel as a teacher: run on ``inference``'s device (None: the GPU where there is one),
+    moved there at its first batch (a cache hit never moves it)."""
+    inference = inference or resolve()
     moved = []
 
     def logits(input_ids, attention_mask, token_type_ids=None, **extra_inputs):
         if not moved:
-            moved.append(model.to(device).eval())
+            moved.append(inference.place(model))
         return model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                      **extra_inputs)["logits"]
 
     return TeacherSource(logits, weights_digest(model), model.head_description(),
-                         getattr(model.encoder.config, "pad_token_id", None) or 0, device)
+                         getattr(model.encoder.config, "pad_token_id", None) or 0, inference)
 
 
 def _column_lengths(features, column: str) -> np.ndarray:
@@ -98,6 +98,8 @@ def cached_teacher_logits(teacher: TeacherSource, head, kind: str, inputs: dict,
     shape = (1, logit_width(kind, head))
     base = {"v": TEACHER_CACHE_VERSION, "weights": teacher.digest, "kind": kind, "width": shape[1],
             "head": teacher.description, "dtype": settings.dtype}
+    if teacher.inference.precision != "fp32":  # bf16/fp16 logits are other logits (fp32 keeps the keys it had)
+        base["precision"] = teacher.inference.precision
 
     def logits(input_ids, attention_mask, token_type_ids=None, **extra_inputs):
         return teacher_rows(kind, teacher.logits(input_ids, attention_mask, token_type_ids, **extra_inputs))
@@ -117,7 +119,7 @@ def cached_teacher_logits(teacher: TeacherSource, head, kind: str, inputs: dict,
                 status = "miss" if why == "absent" else "rebuilt"
                 if status == "rebuilt":
                     log(f"warning: teacher logits {path} are unusable: {why}; computing them again")
-                _build(logits, features, path, key, parts, lengths, shape, settings, teacher.pad_id, teacher.device,
+                _build(logits, features, path, key, parts, lengths, shape, settings, teacher.pad_id, teacher.inference,
                        what=f"teacher logits {split}", extra=extra)
         out[split] = CachedInputs(features, FeatureStore(path), key=COLUMN)
         report["splits"][split] = {"status": status, "path": path, "rows": len(lengths),

@@ -8,6 +8,7 @@ import time
 
 from omegaconf import DictConfig
 
+from heads.model.inference import of as inference_of
 from kotune.build import load_encoder_side, resolve_max_length
 from kotune.checkpoint import read_spec
 from kotune.runtime import seed_everything
@@ -41,10 +42,11 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         log(f"embed: {sum(truncated)} text(s) cut at {max_length} tokens (train.max_length)")
     log(f"embedding {len(texts)} texts: {mixer.describe_mix()}, {pooling} pooling")
     started = time.time()
-    vectors = pooled_vectors(encoder, mixer, features, pooling, batch_size=int(cfg.train.eval_batch_size))
+    on = inference_of(cfg)  # predict.device, predict.precision
+    vectors = pooled_vectors(encoder, mixer, features, pooling, batch_size=int(cfg.train.eval_batch_size), inference=on)
     lengths = [len(ids) for ids in features["input_ids"]]
     res = {"n_texts": len(texts), "dim": int(vectors.shape[1]), "encoder": str(source), **mixer.report(),
-           "pooling": pooling, "max_length": max_length, "n_truncated": sum(truncated),
+           "pooling": pooling, "max_length": max_length, "n_truncated": sum(truncated), "inference": on.describe(),
            "embed_s": round(time.time() - started, 3), "metrics": {},
            **embed.write_embeddings(run_dir, vectors, rows, str(cfg.embed.input), lengths, truncated)}
     log(f"wrote {vectors.shape[0]} × {vectors.shape[1]} embeddings to {res['embeddings_file']}")
@@ -52,7 +54,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         target = str(cfg.embed.target)
         found = embed.find_target(target, texts, offsets)
         per_layer = token_vectors_by_layer(encoder, features, [(o.row, o.tokens) for o in found],
-                                           batch_size=int(cfg.train.eval_batch_size))
+                                           batch_size=int(cfg.train.eval_batch_size), inference=on)
         table = embed.cosine_by_layer(per_layer)
         for line in embed.cosine_lines(target, table):
             log(line)

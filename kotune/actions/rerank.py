@@ -29,7 +29,10 @@ def scorer(cfg: DictConfig):
 
     path = str(cfg.checkpoint)
     if is_native_export(path):
-        return native_predictor(path, [f"train.eval_batch_size={int(cfg.train.eval_batch_size)}"])
+        options = cfg.get("predict") or {}
+        return native_predictor(path, [f"train.eval_batch_size={int(cfg.train.eval_batch_size)}",
+                                       *(f"predict.{k}={options[k]}" for k in ("device", "precision", "batch_tokens")
+                                         if options.get(k) is not None)])
     refuse(build_task(cfg.task))  # before the model loads: the checkpoint's task (kotune/checkpoint.py)
     from kotune.serving.app import Predictor
 
@@ -56,7 +59,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     positive = None if labels is None else rerank.positive_label(labels, options.get("positive_label"))
     score = "the regression value" if labels is None else f"the probability of label {positive}"
     log(f"reranking {len(candidates)} candidates for {len(queries)} queries: the score is {score}")
-    from kotune.predict import predict_logits
+    from kotune.predict import inference_report, predict_logits
 
     started, records = time.perf_counter(), []
     for query in queries:  # one query's pairs at a time: memory bounded by the candidate file
@@ -72,4 +75,5 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     pairs = len(queries) * len(candidates)
     return {"n_queries": len(queries), "n_candidates": len(candidates), "n_pairs": pairs, "score": score,
             "positive_label": positive, "top_k": top_k, "runtime": str(served.runtime),
+            "inference": inference_report(served.b.model, served.batches),
             "pairs_per_second": round(pairs / max(seconds, 1e-9), 1), "rankings_file": path, "metrics": {}}

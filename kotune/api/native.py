@@ -10,9 +10,9 @@ length and token type ids the tokenizer's. Other task options are the task prese
 ``task.X=`` overrides for a model trained with others; ``task=NAME`` where the card names none)."""
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from heads.model.inference import Inference
 from kotune.core.backends import Runtime
 from kotune.api.compose import compose_job
 from kotune.core.atomic_dir import settle, verify_manifest
@@ -37,6 +37,10 @@ class TransformersRuntime(Runtime):
 
     kind = "native"
 
+    def forward(self, model: Any) -> Any:
+        model.run_on(self.inference)
+        return model
+
 
 class NativeModel:
     """A native export run by transformers, standing in for a KotuneModel where kotune only
@@ -55,9 +59,15 @@ class NativeModel:
         cls = getattr(transformers, name, None) if name.endswith(native_suffix(head_kind)) else None
         if cls is None:
             raise KotuneError(f"{path}: config.json's architecture {name or 'none'} is not a class kotune exports")
-        self.native = native_weights(cls, path).eval()
+        self.native = cls.from_pretrained(path).eval()
         self.head_kind, self.meta, self.file = head_kind, meta, None
         self.span = name.endswith("ForQuestionAnswering")
+        self.inference = Inference()  # the CPU until run_on (predict.device)
+
+    def run_on(self, inference: Inference | None) -> None:
+        """Batches on ``inference``'s device and precision from now on (the model moved once)."""
+        self.inference = inference or Inference()
+        self.inference.place(self.native)
 
     def __call__(self, batch: dict) -> Any:
         import torch
@@ -65,11 +75,12 @@ class NativeModel:
         feed = {k: torch.as_tensor(batch[k]) for k in INPUTS if k in batch}
         if not self.meta.get("token_type_ids", True):
             feed.pop("token_type_ids", None)
-        with torch.inference_mode():
-            out = self.native(**feed)
-        if self.span:
-            return out.start_logits.float().numpy(), out.end_logits.float().numpy()
-        return out.logits.float().numpy()
+
+        def logits(**inputs):  # the head's logits as KotuneModel gives them (a QA model's start and end)
+            out = self.native(**inputs)
+            return (out.start_logits, out.end_logits) if self.span else out.logits
+
+        return self.inference.forward(logits, **feed)
 
     def report(self) -> dict:
         return {"layers": "last", "pooling": "cls" if self.head_kind == "sequence" else None}
@@ -79,44 +90,6 @@ class NativeModel:
 
     def describe(self) -> str:
         return f"transformers: {type(self.native).__name__}"
-
-
-BUFFERS = ("position_ids", "token_type_ids")  # buffers a config rebuilds, absent from some saves
-
-
-def native_weights(cls, path: str):
-    """``cls`` (config.json's architecture) from the export's weights, every weight its own: a key
-    missing, unexpected or of another shape (config.json's class changed to another: its weights
-    would be random) is one line naming the file and a few keys, as is a file transformers fails on."""
-    from heads.model.artifact import ArtifactError
-
-    weights = os.path.join(path, "model.safetensors")
-    try:
-        native, info = cls.from_pretrained(path, output_loading_info=True)
-    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as e:  # the files', not kotune's
-        raise ArtifactError(f"{path}: its config.json and weights do not make a {cls.__name__} "
-                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    wrong = {"missing": [k for k in info.get("missing_keys") or [] if not k.endswith(BUFFERS)],
-             "unexpected": [k for k in info.get("unexpected_keys") or [] if not k.endswith(BUFFERS)],
-             "of another shape": [str(k[0] if isinstance(k, (tuple, list)) else k)
-                                  for k in info.get("mismatched_keys") or []]}
-    found = [f"{what} {', '.join(sorted(keys)[:3])}" + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
-             for what, keys in wrong.items() if keys]
-    if found:
-        raise ArtifactError(f"{weights}: not the weights of {cls.__name__} (config.json's architectures): "
-                            + "; ".join(found))
-    return native
-
-
-def checked_native_export(path: str) -> None:
-    """A native export's files before any is read: every one inside ``path`` and of its kind
-    (heads/model/artifact.py's check_files), then as its manifest lists them."""
-    from heads.model.artifact import check_files, check_weights
-
-    settle(path)  # an export killed while swapping its directory in: the whole one back
-    check_files(path, path)
-    verify_manifest(path, True, "export it again (action=export)")
-    check_weights(path)
 
 
 def load_native(path: str, task) -> tuple[NativeModel, Any]:
@@ -143,14 +116,15 @@ def load_native(path: str, task) -> tuple[NativeModel, Any]:
 
 def native_predictor(path: str, overrides: list[str]):
     """``action=serve``'s predictor over the native export at ``path``."""
-    from kotune.build import Built, make_collator
+    from kotune.build import Built
     from kotune.checkpoint_fit import task_for_checkpoint
-    from kotune.predict import BatchPredictor
+    from kotune.predict import batch_predictor
     from kotune.serving.app import Predictor, servable
     from tasks import build_task
     from tasks.base import EncodeSettings
 
-    checked_native_export(path)
+    settle(path)  # an export killed while swapping its directory in: the whole one back
+    verify_manifest(path, True, "export it again (action=export)")
     asked = {o.lstrip("+").partition("=")[0] for o in overrides}
     named = card_task(path)
     if named is None and "task" not in asked:
@@ -167,5 +141,5 @@ def native_predictor(path: str, overrides: list[str]):
     predictor.b.settings = EncodeSettings(max_length=max_length, token_type_ids=meta["token_type_ids"])
     predictor.cfg = cfg  # predict.min_confidence (kotune/abstention.py), as Predictor.__init__ keeps it
     predictor.runtime = model.runtime
-    predictor.batches = BatchPredictor(model, int(cfg.train.eval_batch_size), make_collator(tokenizer, cfg))
+    predictor.batches = batch_predictor(cfg, model, tokenizer)  # predict.device, precision, batch_tokens
     return predictor

@@ -92,9 +92,14 @@ class Predictor:
             with open(source, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in rows)
             results, run_dir = run_job(["action=embed", f"checkpoint={self.path}", f"embed.input={source}",
-                                        "embed.column=text", *overrides], os.path.join(folder, "run"))
+                                        "embed.column=text", *self.device_overrides(), *overrides],
+                                       os.path.join(folder, "run"))
             vectors = np.load(results["embeddings_file"])
         return vectors[0] if single else vectors
+
+    def device_overrides(self) -> list[str]:
+        """The ``predict.*`` overrides the predictor was loaded with (device, precision): ``embed`` runs there too."""
+        return [o for o in self.overrides if o.lstrip("+").startswith("predict.")]
 
     def __repr__(self) -> str:
         return f"Predictor({self.path!r}, task={self.task!r}, kind={self.kind!r})"

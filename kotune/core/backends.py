@@ -59,6 +59,9 @@ class Runtime:
     kotune_model: ClassVar[bool] = False
     # what kotune.load's Predictor calls a model of this runtime (describe()["kind"]): kotune, onnx, native
     kind: ClassVar[str] = "export"
+    # where and how the batches run (heads/model/inference.py's Inference: predict.device, predict.precision),
+    # set by kotune/runtimes.py's batch_forward before forward(model) is asked for; None: the CPU, fp32
+    inference: Any = None
 
     def forward(self, model: Any) -> Callable[[dict], Any]:
         """One padded batch (the collator's tensors) → the logits KotuneModel would give, as numpy (a

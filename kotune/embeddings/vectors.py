@@ -9,6 +9,7 @@ import time
 import numpy as np
 from omegaconf import DictConfig
 
+from heads.model.inference import Inference, of as inference_of
 from kotune.core.errors import ConfigError
 from kotune.core.files import write_jsonl_atomic
 from kotune.core.log import log
@@ -25,23 +26,28 @@ def check_model(model) -> None:
         raise ConfigError("mode=lora: task=sentence_embedding trains the whole encoder (mode=finetune)")
 
 
-def embed_features(model, features, batch_size: int) -> tuple[np.ndarray, float]:
-    """[N, H] vectors of tokenized texts (row i = feature i) and the texts per second."""
+def embed_features(model, features, batch_size: int, on: Inference | None = None) -> tuple[np.ndarray, float]:
+    """[N, H] vectors of tokenized texts (row i = feature i) and the texts per second, on ``on``'s
+    device and precision (predict.device, predict.precision; None: auto, fp32)."""
     from heads.model.embed import pooled_vectors
 
     started = time.time()
     if getattr(model, "runtime", "torch") == "onnxruntime":  # an ONNX export (kotune/embeddings/onnx.py)
-        vectors = onnx_vectors(model, features, batch_size)
+        vectors = onnx_vectors(model, features, batch_size, on)
     else:
-        vectors = pooled_vectors(model.encoder, model.mixer, features, model.head.pooling, batch_size=batch_size)
+        vectors = pooled_vectors(model.encoder, model.mixer, features, model.head.pooling, batch_size=batch_size,
+                                 inference=on)
     return vectors, round(len(features) / max(time.time() - started, 1e-9), 2)
 
 
-def onnx_vectors(model, features, batch_size: int) -> np.ndarray:
-    """An ONNX export's ``sentence_embedding`` of each row, in the same length-sorted batches."""
+def onnx_vectors(model, features, batch_size: int, on: Inference | None = None) -> np.ndarray:
+    """An ONNX export's ``sentence_embedding`` of each row, in the same length-sorted batches (its
+    execution provider chosen by ``on``'s device)."""
     import torch
 
     from heads.model.feature_cache import iter_states
+
+    model.run_on(on)
 
     def run(ids, mask, token_types):
         batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": token_types}
@@ -50,16 +56,16 @@ def onnx_vectors(model, features, batch_size: int) -> np.ndarray:
     out: np.ndarray | None = None
     # padding is masked out of every real token's state and of the pooling: any id serves
     for rows, batch in iter_states(run, features, pad_token_id=0,
-                                   batch_size=batch_size, device=torch.device("cpu"), what="embedding"):
-        if out is None:
+                                   batch_size=batch_size, inference=Inference(), what="embedding"):
+        if out is None:  # the batch reaches onnxruntime as numpy: the CPU side of its provider
             out = np.zeros((len(features), batch.shape[-1]), dtype=np.float32)
-        out[rows] = batch.numpy()
+        out[rows] = batch
     return out
 
 
-def score_split(b, split: str, batch_size: int) -> tuple[dict, dict]:
+def score_split(b, split: str, batch_size: int, on: Inference | None = None) -> tuple[dict, dict]:
     """The split's metrics (tasks/sentence_embedding.py) from kotune's embeddings of its texts."""
-    vectors, rate = embed_features(b.model, b.features[split], batch_size)
+    vectors, rate = embed_features(b.model, b.features[split], batch_size, on)
     metrics = b.task.score_vectors(vectors.tolist(), b.splits[split].examples)
     log(" ".join(f"{k}={v:.2f}" for k, v in metrics.items()))
     return metrics, {"eval_samples_per_second": rate}
@@ -86,7 +92,7 @@ def evaluate(cfg: DictConfig, run_dir: str) -> dict:
         raise ConfigError("action=eval needs checkpoint=RUN_DIR (a directory written by action=train)")
     b = build(cfg, ("validation",), onnx=True)
     b.task.check_main_metric(b.splits["validation"].examples, b.splits["validation"].where)
-    metrics, speed = score_split(b, "validation", int(cfg.train.eval_batch_size))
+    metrics, speed = score_split(b, "validation", int(cfg.train.eval_batch_size), inference_of(cfg))
     return report(cfg, b, metrics, speed)
 
 
@@ -98,7 +104,7 @@ def predict(cfg: DictConfig, run_dir: str) -> dict:
         raise ConfigError("action=predict needs checkpoint=RUN_DIR (a directory written by action=train)")
     b = build(cfg, ("predict",), onnx=True)
     examples = b.splits["predict"].examples
-    vectors, rate = embed_features(b.model, b.features["predict"], int(cfg.train.eval_batch_size))
+    vectors, rate = embed_features(b.model, b.features["predict"], int(cfg.train.eval_batch_size), inference_of(cfg))
     if "text" not in examples[0]:
         raise ConfigError(f"action=predict reads texts (an embedding each) or pairs (their similarity): "
                           f"{b.splits['predict'].where} holds {examples[0]['shape']} rows (action=eval scores them)")
@@ -129,11 +135,12 @@ def embed(cfg: DictConfig, run_dir: str) -> dict:
     loaded = load_encoder_side(cfg, None, texts)
     check_model(loaded.model)
     features, _, truncated = texts_io.encode_texts(texts, loaded.tokenizer, loaded.max_length, loaded.token_type_ids)
-    vectors, rate = embed_features(loaded.model, features, int(cfg.train.eval_batch_size))
+    on = inference_of(cfg)
+    vectors, rate = embed_features(loaded.model, features, int(cfg.train.eval_batch_size), on)
     lengths = [len(ids) for ids in features["input_ids"]]
     log(f"wrote {vectors.shape[0]} × {vectors.shape[1]} embeddings ({loaded.model.describe()}, "
         f"{loaded.model.head.pooling} pooling)")
     return {"n_texts": len(texts), "dim": int(vectors.shape[1]), "encoder": str(cfg.checkpoint),
             **loaded.model.mixer.report(), "pooling": loaded.model.head.pooling, "max_length": loaded.max_length,
-            "n_truncated": sum(truncated), "texts_per_second": rate, "metrics": {},
+            "n_truncated": sum(truncated), "texts_per_second": rate, "inference": on.describe(), "metrics": {},
             **texts_io.write_embeddings(run_dir, vectors, rows, str(cfg.embed.input), lengths, truncated)}

@@ -30,9 +30,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from kotune import abstention
-from kotune.build import build, make_collator
-from kotune.predict import BatchPredictor, predict_rows
-from kotune.runtimes import runtime_of
+from kotune.build import build
+from kotune.predict import batch_predictor, inference_report, predict_rows
 from kotune.serving.batcher import Batcher
 from kotune.serving.guard import guard
 from kotune.serving.requests import (ItemFailed, RequestError, ShuttingDown, data_error, error_body,
@@ -61,8 +60,8 @@ class Predictor:
         self.cfg = cfg  # predict.min_confidence: abstained answers (kotune/abstention.py)
         servable(self.b.task)
         self.runtime = str(self.b.model.runtime)  # torch (a checkpoint), onnxruntime (an ONNX export): kotune/runtimes.py
-        forward = runtime_of(self.b.model).forward(self.b.model)
-        self.batches = BatchPredictor(forward, int(cfg.train.eval_batch_size), make_collator(self.b.tokenizer, cfg))
+        # predict.device / precision / batch_tokens: the one forward every inference path runs (heads/model/inference.py)
+        self.batches = batch_predictor(cfg, self.b.model, self.b.tokenizer)
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -117,7 +116,8 @@ class Predictor:
     def describe(self) -> dict:
         model = self.b.model
         return {"task": self.b.task.name, "head": model.head_kind, "runtime": self.runtime,
-                "model_file": getattr(model, "file", None), "labels": self.b.task.labels, "fields": list(self.fields)}
+                "model_file": getattr(model, "file", None), "labels": self.b.task.labels, "fields": list(self.fields),
+                **inference_report(model, self.batches)}
 
 
 # ---- the app --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ class MeanLinearHead(kotune.Head):
 
     label_fields = ("labels",)
     pipeline_tag = "text-classification"
+    probabilities = "softmax"  # its logits are a softmax over the classes: train.calibrate applies
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
         super().__init__()
