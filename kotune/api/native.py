@@ -10,6 +10,7 @@ length and token type ids the tokenizer's. Other task options are the task prese
 ``task.X=`` overrides for a model trained with others; ``task=NAME`` where the card names none)."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from heads.model.inference import Inference
@@ -59,7 +60,7 @@ class NativeModel:
         cls = getattr(transformers, name, None) if name.endswith(native_suffix(head_kind)) else None
         if cls is None:
             raise KotuneError(f"{path}: config.json's architecture {name or 'none'} is not a class kotune exports")
-        self.native = cls.from_pretrained(path).eval()
+        self.native = native_weights(cls, path).eval()
         self.head_kind, self.meta, self.file = head_kind, meta, None
         self.span = name.endswith("ForQuestionAnswering")
         self.inference = Inference()  # the CPU until run_on (predict.device)
@@ -90,6 +91,44 @@ class NativeModel:
 
     def describe(self) -> str:
         return f"transformers: {type(self.native).__name__}"
+
+
+BUFFERS = ("position_ids", "token_type_ids")  # buffers a config rebuilds, absent from some saves
+
+
+def native_weights(cls, path: str):
+    """``cls`` (config.json's architecture) from the export's weights, every weight its own: a key
+    missing, unexpected or of another shape (config.json's class changed to another: its weights
+    would be random) is one line naming the file and a few keys, as is a file transformers fails on."""
+    from heads.model.artifact import ArtifactError
+
+    weights = os.path.join(path, "model.safetensors")
+    try:
+        native, info = cls.from_pretrained(path, output_loading_info=True)
+    except (OSError, ValueError, TypeError, KeyError, RuntimeError) as e:  # the files', not kotune's
+        raise ArtifactError(f"{path}: its config.json and weights do not make a {cls.__name__} "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    wrong = {"missing": [k for k in info.get("missing_keys") or [] if not k.endswith(BUFFERS)],
+             "unexpected": [k for k in info.get("unexpected_keys") or [] if not k.endswith(BUFFERS)],
+             "of another shape": [str(k[0] if isinstance(k, (tuple, list)) else k)
+                                  for k in info.get("mismatched_keys") or []]}
+    found = [f"{what} {', '.join(sorted(keys)[:3])}" + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+             for what, keys in wrong.items() if keys]
+    if found:
+        raise ArtifactError(f"{weights}: not the weights of {cls.__name__} (config.json's architectures): "
+                            + "; ".join(found))
+    return native
+
+
+def checked_native_export(path: str) -> None:
+    """A native export's files before any is read: every one inside ``path`` and of its kind
+    (heads/model/artifact.py's check_files), then as its manifest lists them."""
+    from heads.model.artifact import check_files, check_weights
+
+    settle(path)  # an export killed while swapping its directory in: the whole one back
+    check_files(path, path)
+    verify_manifest(path, True, "export it again (action=export)")
+    check_weights(path)
 
 
 def load_native(path: str, task) -> tuple[NativeModel, Any]:
@@ -123,8 +162,7 @@ def native_predictor(path: str, overrides: list[str]):
     from tasks import build_task
     from tasks.base import EncodeSettings
 
-    settle(path)  # an export killed while swapping its directory in: the whole one back
-    verify_manifest(path, True, "export it again (action=export)")
+    checked_native_export(path)
     asked = {o.lstrip("+").partition("=")[0] for o in overrides}
     named = card_task(path)
     if named is None and "task" not in asked:
