@@ -19,10 +19,20 @@ def multi_label_scores(predictions: list[list[str]], references: list[list[str]]
     return metrics.multi_label_scores(predictions, references, labels)
 
 
+def regression_scores(predictions: list[float], references: list[float],
+                      threshold: float | None = None) -> dict[str, float]:
+    """A regression (``task.regression``): Pearson r, and with a ``threshold`` (``task.threshold``: STS's
+    preset sets KLUE's 3.0) F1 ×100 after thresholding both sides there. No threshold, no F1: a cut at
+    3.0 means something on STS's 0-5 scale only, and another task's values would score F1 0 at it."""
+    out = {"pearson": metrics.pearson(predictions, references)}
+    if threshold is not None:
+        out["f1"] = metrics.binary_f1_at(predictions, references, float(threshold))
+    return out
+
+
 def sts_scores(predictions: list[float], references: list[float], threshold: float = 3.0) -> dict[str, float]:
     """KLUE STS: Pearson r and F1 after thresholding both sides at ``threshold`` ×100."""
-    return {"pearson": metrics.pearson(predictions, references),
-            "f1": metrics.binary_f1_at(predictions, references, threshold)}
+    return regression_scores(predictions, references, threshold)
 
 
 def klue_ner_scores(predictions: list[list[str]], references: list[list[str]],
