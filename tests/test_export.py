@@ -304,3 +304,21 @@ def test_roberta_pair_export_serves_pairs_without_token_type_ids(tmp_path):
     served = {o["label"]: o["score"] for o in out}
     assert all(abs(served[n] - float(p)) < 1e-5
                for n, p in zip(["entailment", "neutral", "contradiction"], probabilities))
+
+
+def test_an_onnx_trace_logs_no_onnx_ir_notes(tmp_path, caplog):
+    """onnx_ir's passes note each removed node and each deduplicated initializer at info level (36
+    lines for a tiny BERT): quieted while kotune traces, its own level back after."""
+    import logging
+
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from kotune.export.onnx import trace_to_onnx
+
+    native = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
+                                                      num_attention_heads=2, intermediate_size=32)).eval()
+    caplog.set_level(logging.INFO)
+    assert trace_to_onnx(native, str(tmp_path / "model.onnx"), ("input_ids", "attention_mask"), ("logits",), 64) > 0
+    assert (tmp_path / "model.onnx").is_file()
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("onnx_ir")] == []
+    assert logging.getLogger("onnx_ir").level == logging.NOTSET
