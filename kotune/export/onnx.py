@@ -154,6 +154,10 @@ class OnnxRuntime(Runtime):
 
     kind = "onnx"
 
+    def forward(self, model: Any) -> Any:
+        model.run_on(self.inference)
+        return model
+
 
 class OnnxModel:
     """An exported directory run by onnxruntime, standing in for a KotuneModel where kotune only
@@ -190,8 +194,16 @@ class OnnxModel:
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         self.threads = options.intra_op_num_threads
+        self.path, self.options = path, options
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.provider = "CPUExecutionProvider"  # until run_on(predict.device)
         self.input_names = [i.name for i in self.session.get_inputs()]
+
+    def run_on(self, inference: Any) -> None:
+        """Run on ``inference``'s device (predict.device): kotune/runtimes.py's :func:`onnx_run_on`."""
+        from kotune.runtimes import onnx_run_on
+
+        onnx_run_on(self, inference)
 
     def __call__(self, batch: dict) -> Any:
         feed = {n: np.asarray(batch[n], dtype=np.int64) for n in self.input_names}
@@ -206,7 +218,7 @@ class OnnxModel:
         return self.head_kind  # an export's head has no options (kotune/export/native.py refuses those that do)
 
     def describe(self) -> str:
-        return f"onnxruntime: {self.file} ({self.threads} threads)"
+        return f"onnxruntime: {self.file} ({self.threads} threads, {self.provider})"
 
 
 def default_threads() -> int:
