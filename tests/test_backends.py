@@ -88,7 +88,7 @@ def test_a_plugin_adds_a_format_with_one_class(registered, tmp_path, monkeypatch
     monkeypatch.setattr(action, "checkpoint_model_dir", lambda checkpoint: str(model_dir))
     monkeypatch.setattr(action, "read_spec", lambda path: {"meta": {}, "head": "sequence"})
 
-    def card(res, meta, head, checkpoint, license, push, folder):
+    def card(res, meta, head, checkpoint, license, push, folder, exporter):
         path = os.path.join(folder, "README.md")
         open(path, "w").close()
         return path
@@ -106,6 +106,44 @@ def test_a_plugin_adds_a_format_with_one_class(registered, tmp_path, monkeypatch
         action.run(OmegaConf.merge(cfg, {"export": {"format": "native"}}), str(tmp_path / "job2"))
     with pytest.raises(ConfigError, match=r"^export.format must be one of native, onnx, plain, sentence_transformers, got 'zip'$"):
         action.run(export_cfg(format="zip"), "RUN_DIR")
+
+
+def test_an_exporter_summary_needs_no_export_dir_and_the_card_is_the_formats_own(registered, tmp_path, monkeypatch):
+    """The exporter contract (docs/development/plugins.md): kotune fills in ``export_dir`` and ``format``
+    (a summary without them failed with a KeyError once the files were written), a summary that is not a
+    dict is one line naming the exporter, and the model card shows the format's own usage and library,
+    never transformers' (``transformers.None.from_pretrained``)."""
+    import kotune.actions.export as action
+
+    @registered(EXPORTERS, "bare")
+    class Bare(kotune.Exporter):
+        default_dir = "bare"
+
+        def export(self, model_dir, out_dir, options, finish):
+            os.makedirs(out_dir)
+            res = {"files": 0}
+            finish(res, out_dir)
+            return res
+
+        def usage(self, res, out_dir):
+            return f"bare.load({out_dir!r})"
+
+    (tmp_path / "run" / "model").mkdir(parents=True)
+    monkeypatch.setattr(action, "checkpoint_model_dir", lambda checkpoint: str(tmp_path / "run" / "model"))
+    monkeypatch.setattr(action, "read_spec", lambda path: {"meta": {"task": "score"}, "head": "sequence"})
+    out = tmp_path / "out"
+    res = action.run(export_cfg(format="bare", dir=str(out)), str(tmp_path / "job"))
+    assert (res["export_dir"], res["format"], res["files"]) == (str(out), "bare", 0)
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "library_name" not in card.split("---")[1] and "transformers" not in card
+    assert f"```\nbare.load('{out}')\n```" in card
+    monkeypatch.setattr(Bare, "library", "bare-lib")
+    action.run(export_cfg(format="bare", dir=str(tmp_path / "out2")), str(tmp_path / "job2"))
+    assert "library_name: bare-lib" in (tmp_path / "out2" / "README.md").read_text(encoding="utf-8")
+    monkeypatch.setattr(Bare, "export", lambda self, model_dir, out_dir, options, finish: None)
+    with pytest.raises(ConfigError, match=r"^export.format=bare: test_backends\..*Bare.export returned NoneType, "
+                                          r"not the summary dict results.json keeps"):
+        action.run(export_cfg(format="bare", dir=str(tmp_path / "out3")), str(tmp_path / "job3"))
 
 
 def test_a_plugin_runtime_runs_its_model_through_a_batch_predictor(registered, monkeypatch):

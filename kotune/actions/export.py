@@ -54,16 +54,31 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     saved = read_spec(model_dir)
 
     def finish(res: dict, folder: str) -> None:  # the card goes in before the export appears whole
+        summary(exporter, res, out_dir)
         card = write_model_card(res, saved["meta"], saved["head"], str(cfg.checkpoint),
-                                str(cfg.export.get("license") or "unknown"), cfg.export.get("push_to_hub"), folder=folder)
+                                str(cfg.export.get("license") or "unknown"), cfg.export.get("push_to_hub"), folder=folder,
+                                exporter=exporter)
         res["model_card"] = os.path.join(out_dir, os.path.basename(card))
 
-    res = exporter.export(model_dir, out_dir, {k: cfg.export.get(k) for k in exporter.options}, finish)
-    log(f"exported {res['native_class']} to {out_dir}: {exporter.usage(res, out_dir)}")
+    res = summary(exporter, exporter.export(model_dir, out_dir, {k: cfg.export.get(k) for k in exporter.options}, finish),
+                  out_dir)
+    log(f"exported {res.get('native_class') or res['format'] + ' export'} to {out_dir}: {exporter.usage(res, out_dir)}")
     if cfg.export.get("push_to_hub"):
         res["pushed"] = push_to_hub(out_dir, str(cfg.export.push_to_hub), bool(cfg.export.get("private")))
         log(f"pushed {out_dir} to {res['pushed']}")
     return {**res, "checkpoint": cfg.checkpoint, "metrics": {}}
+
+
+def summary(exporter: Exporter, res, out_dir: str) -> dict:
+    """An exporter's summary (kotune/core/backends.py's contract) with what kotune knows filled in:
+    ``export_dir`` and ``format``; anything but a dict is one line naming the exporter."""
+    if not isinstance(res, dict):
+        raise ConfigError(f"export.format={exporter.registered_name}: {type(exporter).__module__}."
+                          f"{type(exporter).__qualname__}.export returned {type(res).__name__}, not the summary dict "
+                          "results.json keeps (docs/development/plugins.md)")
+    res.setdefault("export_dir", out_dir)
+    res.setdefault("format", exporter.registered_name)
+    return res
 
 
 def default_export_dir(model_dir: str, exporter: Exporter) -> str:

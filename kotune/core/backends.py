@@ -32,19 +32,27 @@ class Exporter:
     options: ClassVar[dict[str, str]] = {}
     # the export directory's name in the run directory when export.dir is unset
     default_dir: ClassVar[str] = "export"
+    # the Hub's library_name in the model card's front matter (None: the card claims no library)
+    library: ClassVar[str | None] = None
 
     def export(self, model_dir: str, out_dir: str, options: dict[str, Any],
                finish: Callable[[dict, str], Any]) -> dict:
-        """Write the saved kotune model ``model_dir`` to ``out_dir`` and return what results.json says
-        of it (``native_class``, which the log line names, at least). ``options``: this format's
-        :attr:`options` as the job set them (None where unset). ``out_dir`` should appear whole or not
-        at all (kotune/core/atomic_dir.py's ``written_whole``), and ``finish(summary, folder)``, which
-        adds the model card and sets ``summary["model_card"]``, runs on the folder before it does."""
+        """Write the saved kotune model ``model_dir`` to ``out_dir`` and return the summary results.json
+        keeps of it: a dict of plain values (JSON). kotune sets ``export_dir`` (``out_dir``) and ``format``
+        (the registered name) in it; ``native_class``, if given, is the class the log line and the card
+        name. ``options``: this format's :attr:`options` as the job set them (None where unset). ``out_dir``
+        should appear whole or not at all (kotune/core/atomic_dir.py's ``written_whole``), and
+        ``finish(summary, folder)``, which adds the model card (README.md) and sets
+        ``summary["model_card"]``, runs on the folder before it does."""
         raise NotImplementedError(f"{type(self).__name__}.export")
 
     def usage(self, res: dict, out_dir: str) -> str:
         """How to use the export, for the log line ``exported CLASS to DIR: USAGE``."""
         return out_dir
+
+    def card_usage(self, res: dict, out_dir: str) -> list[str]:
+        """The model card's "Use" section (markdown lines): by default :meth:`usage` as a code block."""
+        return ["```", self.usage(res, out_dir), "```"]
 
 
 class Runtime:

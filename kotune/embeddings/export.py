@@ -44,6 +44,7 @@ class SentenceTransformersExporter(Exporter):
     """``export.format=sentence_transformers``: ``SentenceTransformer.save`` of the bi-encoder."""
 
     default_dir = "sentence_transformers"
+    library = "sentence-transformers"
 
     def export(self, model_dir: str, out_dir: str, options: dict, finish: Callable[[dict, str], Any]) -> dict:
         from heads.model.sentence_transformer import from_kotune_model
@@ -62,6 +63,11 @@ class SentenceTransformersExporter(Exporter):
 
     def usage(self, res: dict, out_dir: str) -> str:
         return f"sentence_transformers.SentenceTransformer('{out_dir}').encode(texts)"
+
+    def card_usage(self, res: dict, out_dir: str) -> list[str]:
+        from kotune.export.model_card import sentence_transformers_usage
+
+        return sentence_transformers_usage(res)
 
 
 def add_unused_pooler(model, folder: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from kotune.core.backends import Exporter
 from kotune.core.errors import ConfigError
 from tasks.io import hub_reachable
 from kotune.core.redact import mask_credentials
@@ -60,18 +61,26 @@ def _data_rows(data: dict) -> list[str]:
     return rows
 
 
-def _usage(export: dict, head: str) -> list[str]:
+def onnx_usage(export: dict) -> list[str]:
+    """The card's "Use" section for ``export.format=onnx`` (kotune/export/onnx.py)."""
     where = export["export_dir"]
-    if export.get("format") == "onnx":
-        return ["```bash", f"python run.py action=predict checkpoint={where} data.predict_file=FILE",
-                f"python run.py action=serve checkpoint={where}   # POST /predict on 127.0.0.1:8000", "```",
-                f"or onnxruntime directly: `onnxruntime.InferenceSession(\"{where}/{export['model_file']}\")` with the "
-                "tokenizer of this directory (inputs: input_ids, attention_mask[, token_type_ids])."]
-    if export.get("format") == "sentence_transformers":  # kotune/embeddings/export.py
-        return ["```python", "from sentence_transformers import SentenceTransformer", "",
-                f"embeddings = SentenceTransformer(\"{where}\").encode([\"문장 하나\", \"문장 둘\"])", "```",
-                f"{export.get('dim')}-dimensional vectors: layers {export.get('layers')}, {export.get('pooling')} pooling "
-                "(in 1_Pooling/config.json and the modules before it)."]
+    return ["```bash", f"python run.py action=predict checkpoint={where} data.predict_file=FILE",
+            f"python run.py action=serve checkpoint={where}   # POST /predict on 127.0.0.1:8000", "```",
+            f"or onnxruntime directly: `onnxruntime.InferenceSession(\"{where}/{export['model_file']}\")` with the "
+            "tokenizer of this directory (inputs: input_ids, attention_mask[, token_type_ids])."]
+
+
+def sentence_transformers_usage(export: dict) -> list[str]:
+    """The card's "Use" section for ``export.format=sentence_transformers`` (kotune/embeddings/export.py)."""
+    return ["```python", "from sentence_transformers import SentenceTransformer", "",
+            f"embeddings = SentenceTransformer(\"{export['export_dir']}\").encode([\"문장 하나\", \"문장 둘\"])", "```",
+            f"{export.get('dim')}-dimensional vectors: layers {export.get('layers')}, {export.get('pooling')} pooling "
+            "(in 1_Pooling/config.json and the modules before it)."]
+
+
+def native_usage(export: dict) -> list[str]:
+    """The card's "Use" section for the native transformers class (kotune/export/native.py)."""
+    where = export["export_dir"]
     if export.get("pipeline"):
         return ["```python", "import transformers",
                 f"pipe = transformers.pipeline(\"{export['pipeline']}\", model=\"{where}\")", "```"]
@@ -80,8 +89,9 @@ def _usage(export: dict, head: str) -> list[str]:
 
 
 def card_text(export: dict, meta: dict, head: str, results: dict | None, command: str | None,
-              license_id: str, version: str | None, name: str) -> str:
-    """README.md: the Hub's front matter (ModelCardData) and a body for people."""
+              license_id: str, version: str | None, name: str, usage: list[str], library: str | None) -> str:
+    """README.md: the Hub's front matter (ModelCardData) and a body for people; ``usage`` and ``library``
+    are the export format's (``Exporter.card_usage``, ``Exporter.library``: kotune/core/backends.py)."""
     from huggingface_hub import EvalResult, ModelCardData
 
     config = (results or {}).get("config") or {}
@@ -96,8 +106,7 @@ def card_text(export: dict, meta: dict, head: str, results: dict | None, command
     dataset = split.get("hub") or os.path.basename(str(split.get("file") or "validation"))
     card = ModelCardData(
         language="ko", license=license_id,
-        library_name="onnx" if onnx else "sentence-transformers" if export.get("format") == "sentence_transformers"
-        else "transformers",
+        library_name=library,
         tags=["kotune", task, head, *(["onnx"] if onnx else []), *(["int8"] if export.get("model_file") == "model_int8.onnx" else [])],
         base_model=base, datasets=datasets or None, metrics=sorted(metrics) or None, pipeline_tag=pipeline_tag(head),
         model_name=name, eval_results=[
@@ -106,12 +115,13 @@ def card_text(export: dict, meta: dict, head: str, results: dict | None, command
             for k, v in sorted(metrics.items()) if isinstance(v, (int, float))] or None)
     labels = meta.get("labels") or []
     lines = [f"# {name}", "",
-             f"A Korean {task} model ({head} head, `{export['native_class']}`) trained with kotune"
+             f"A Korean {task} model ({head} head" + (f", `{export['native_class']}`" if export.get("native_class") else "")
+             + f") trained with kotune"
              f"{' ' + version if version else ''}" + (f" from `{model_cfg.get('name_or_path')}`" if model_cfg.get("name_or_path") else "")
              + (" (exported to ONNX" + (", int8 weights)" if "int8" in card.tags else ")") if onnx else "") + ".", ""]
     if export.get("input_note"):
         lines += [f"**Input:** {export['input_note']}", ""]
-    lines += ["## Use", "", *_usage(export, head), ""]
+    lines += ["## Use", "", *usage, ""]
     if labels:
         lines += ["## Labels", "", "| id | label |", "| --- | --- |", *(f"| {i} | {lab} |" for i, lab in enumerate(labels)), ""]
     lines += ["## Results", ""]
@@ -136,15 +146,18 @@ def card_text(export: dict, meta: dict, head: str, results: dict | None, command
 
 
 def write_model_card(export: dict, meta: dict, head: str, checkpoint: str, license_id: str,
-                     repo_id: str | None = None, folder: str | None = None) -> str:
+                     repo_id: str | None = None, folder: str | None = None, exporter: Exporter | None = None) -> str:
     """README.md in the export directory (``folder``: where it is being written, before it takes its
-    name); the model's name is the Hub repository's when pushed."""
+    name); the model's name is the Hub repository's when pushed. ``exporter``: the format that wrote it,
+    whose card usage and library the card shows (None: a plain code block naming the directory, no library)."""
     from kotune.job import versions
 
     results, run_dir = training_results(checkpoint)
     export = {**export, "versions": versions()}
     name = repo_id.split("/")[-1] if repo_id else f"kotune-{meta.get('model') or 'model'}-{meta.get('task') or head}"
-    text = card_text(export, meta, head, results, training_command(run_dir), license_id, versions().get("kotune"), name)
+    exporter = exporter or Exporter()
+    text = card_text(export, meta, head, results, training_command(run_dir), license_id, versions().get("kotune"), name,
+                     exporter.card_usage(export, export["export_dir"]), exporter.library)
     path = os.path.join(folder or export["export_dir"], "README.md")
     with open(path, "w", encoding="utf-8") as f:
         f.write(mask_credentials(text))  # the training command may name a storage URL; the card is pushed

@@ -125,27 +125,22 @@ def to_native(model, labels: list[str] | None = None):
     return native.eval()
 
 
-def load_native(model_dir: str) -> "Native":
+def load_native(model_dir: str, model=None) -> "Native":
     """A saved kotune model (``model_dir``) as its native transformers model (:class:`Native`), or a
     one-line refusal for a head with no exact native equivalent. The tokenizer keeps the model's
     ``do_lower_case``, gets ``model_max_length`` = the model's max_length and drops token type ids
     where the model had none; special tokens the task added (KLUE RE's ``<subj>``) stay. A task whose
     input is more than plain text (RE's entity markers) says so in one warning line, in the note and
     in the native config (``kotune_input``). A LoRA model's adapter is merged into its encoder first
-    (``heads.model.lora.merged_exactly``: refused in one line where the merge would change the outputs)."""
-    from transformers import AutoTokenizer
-
+    (``heads.model.lora.merged_exactly``: refused in one line where the merge would change the outputs).
+    ``model``: the saved model, where the caller has loaded it already."""
     from heads.model.kotune_model import KotuneModel
 
-    model = KotuneModel.load(model_dir)
+    model = model if model is not None else KotuneModel.load(model_dir)
     reason = refusal(model)
     if reason:
         raise ConfigError(f"cannot export {model_dir}: {reason}")
-    merged = bool(model.lora)
-    if merged:  # mode=lora: the adapter merged into the encoder's weights, checked to compute the same
-        from heads.model.lora import merged_exactly
-
-        model.encoder, model.lora = merged_exactly(model.encoder, model_dir), None
+    merged = merge_adapter(model, model_dir)
     native = to_native(model, model.meta.get("labels"))
     thresholds = (model.meta.get("task_options") or {}).get("threshold")
     if model.head_kwargs.get("multi_label") and isinstance(thresholds, list):
@@ -157,13 +152,32 @@ def load_native(model_dir: str) -> "Native":
         native.config.kotune_input = note
     for key, value in input_fields(model.meta).items():  # e.g. how to window a long document
         setattr(native.config, key, value)
+    return Native(model, native, export_tokenizer(model, model_dir), note, merged)
+
+
+def merge_adapter(model, model_dir: str) -> bool:
+    """mode=lora: the adapter merged into the encoder's weights (in place), checked to compute the same
+    (``heads.model.lora.merged_exactly``); whether there was one."""
+    if not model.lora:
+        return False
+    from heads.model.lora import merged_exactly
+
+    model.encoder, model.lora = merged_exactly(model.encoder, model_dir), None
+    return True
+
+
+def export_tokenizer(model, model_dir: str):
+    """The saved model's tokenizer as an export ships it: its ``do_lower_case``, ``model_max_length`` =
+    the model's max_length, no token type ids where the model had none; the task's special tokens stay."""
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if model.meta.get("max_length"):
         tokenizer.model_max_length = int(model.meta["max_length"])
     if not model.meta.get("token_type_ids", True):  # e.g. RoBERTa: type ids other than 0 would break it
         tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
         tokenizer.init_kwargs["model_input_names"] = tokenizer.model_input_names
-    return Native(model, native, tokenizer, note, merged)
+    return tokenizer
 
 
 def export_summary(n: "Native", out_dir: str) -> dict:
@@ -193,6 +207,7 @@ class NativeExporter(Exporter):
     """``export.format=native`` (the default): :func:`export_directory`, served by ``transformers.pipeline``."""
 
     default_dir = "hf"
+    library = "transformers"
 
     def export(self, model_dir: str, out_dir: str, options: dict, finish: Callable[[dict, str], Any]) -> dict:
         return export_directory(model_dir, out_dir, finish)
@@ -203,6 +218,11 @@ class NativeExporter(Exporter):
         if res.get("problem_type") == "multi_label_classification":
             use = use[:-1] + ", top_k=None)  (a sigmoid per label; kotune's thresholds: config.kotune_thresholds)"
         return use
+
+    def card_usage(self, res: dict, out_dir: str) -> list[str]:
+        from kotune.export.model_card import native_usage
+
+        return native_usage(res)
 
 
 def input_note(meta: dict) -> str | None:

@@ -93,41 +93,95 @@ def quantize_int8(src: str, dst: str) -> None:
         root.setLevel(level)
 
 
+def kotune_graph(model, model_dir: str, inputs: tuple[str, ...]):
+    """A head with no native twin (a plug-in's): the kotune model itself as the graph, its outputs named by
+    the head's ``onnx_outputs`` (in the order ``forward`` returns them), or one line saying why it cannot be
+    one (a head reading inputs besides the text's, outputs that do not match their names)."""
+    import torch
+    from torch import nn
+
+    head = model.head
+    if head.extra_inputs:
+        raise ConfigError(f"cannot export {model_dir} to ONNX: the {head.describe()} head has no native transformers "
+                          f"class and its forward reads {', '.join(head.extra_inputs)} besides the text, which an "
+                          "ONNX graph of the model does not take")
+    names = tuple(head.onnx_outputs)
+
+    class Graph(nn.Module):  # the kotune model's logits as the named outputs trace_to_onnx reads
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)["logits"]
+            return dict(zip(names, logits if isinstance(logits, tuple) else (logits,)))
+
+    graph = Graph().eval()
+    example = torch.full((1, 4), 5, dtype=torch.long)
+    with torch.no_grad():
+        logits = model.eval()(**{n: example if n == "input_ids" else torch.ones_like(example) if n == "attention_mask"
+                                 else torch.zeros_like(example) for n in inputs})["logits"]
+    count = len(logits) if isinstance(logits, tuple) else 1
+    if count != len(names):
+        raise ConfigError(f"cannot export {model_dir} to ONNX: the {head.describe()} head's forward returns {count} "
+                          f"output{'s' if count != 1 else ''}, but its onnx_outputs names {len(names)} "
+                          f"({', '.join(names)})")
+    return graph
+
+
 def export_onnx_directory(model_dir: str, out_dir: str, quantize: str | None = None,
                           finish: Callable[[dict, str], Any] | None = None) -> dict:
-    """An exported directory (module docstring) of the saved kotune model ``model_dir``, or the
-    one-line refusal of a head with no native class (RE, DP, character-level heads). ``out_dir``
-    appears whole or not at all, replacing what was there (kotune/core/atomic_dir.py, with
-    ``kotune_manifest.json``: no file of an earlier export stays beside the new one);
+    """An exported directory (module docstring) of the saved kotune model ``model_dir``: the native
+    class's graph, or, for a head with no native twin that reads the text alone (a plug-in's), the kotune
+    model's own (:func:`kotune_graph`); a head with neither (RE, DP, character-level heads) is refused in
+    one line. ``out_dir`` appears whole or not at all, replacing what was there (kotune/core/atomic_dir.py,
+    with ``kotune_manifest.json``: no file of an earlier export stays beside the new one);
     ``finish(summary, folder)`` adds files (the model card) before that."""
+    from heads.base import NativeHead
     from heads.model.encoder import position_limit
-    from kotune.export.native import export_summary, input_fields, load_native
+    from heads.model.kotune_model import KotuneModel
+    from kotune.core.log import warn
+    from kotune.export.native import (export_summary, export_tokenizer, input_fields, input_note, load_native,
+                                      merge_adapter)
 
     if quantize not in QUANTIZE:
         raise ConfigError(f"export.quantize must be null or int8, got '{quantize}'")
-    exported = load_native(model_dir)
-    model, native, tokenizer = exported.model, exported.native, exported.tokenizer
+    model = KotuneModel.load(model_dir)
     if "kotune_windows" in input_fields(model.meta):  # a document's logits combine its windows' outside the class
         raise ConfigError(f"cannot export {model_dir} to ONNX: it reads documents as windows (task.long_text=windows), "
                           "whose logits kotune combines outside the native class; export.format=native writes it "
                           "with that recipe")
     inputs = tuple(n for n in MODEL_INPUTS if n != "token_type_ids" or model.meta.get("token_type_ids", True))
+    if isinstance(model.head.native_export(), NativeHead) or model.head.extra_inputs:
+        exported = load_native(model_dir, model)  # or the native path's one-line refusal
+        graph, config, tokenizer = exported.native, exported.native.config, exported.tokenizer
+        summary = export_summary(exported, out_dir)
+    else:
+        merged = merge_adapter(model, model_dir)
+        graph, config, tokenizer = kotune_graph(model, model_dir, inputs), model.encoder.config, export_tokenizer(model, model_dir)
+        note = input_note(model.meta)
+        if note:
+            warn(note)
+        summary = {"export_dir": out_dir, "native_class": None, "graph": "the kotune model (no native transformers class)",
+                   "pipeline": None, "num_labels": model.head_kwargs.get("num_labels"), "input_note": note,
+                   "lora_merged": merged}
     outputs = model.head.onnx_outputs
     with written_whole(out_dir, "onnx-export") as staging:
-        native.config.save_pretrained(staging)
+        config.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         fp32 = os.path.join(staging, FP32_FILE)
-        opset = trace_to_onnx(native, fp32, inputs, outputs, position_limit(native.config))
+        opset = trace_to_onnx(graph, fp32, inputs, outputs, position_limit(config))
         files = [FP32_FILE]
         if quantize == "int8":
             quantize_int8(fp32, os.path.join(staging, INT8_FILE))
             files.append(INT8_FILE)
         spec = {"format": "onnx", "head": model.head_kind, "meta": model.meta, "inputs": list(inputs),
                 "outputs": list(outputs), "files": files, "model_file": files[-1], "opset": opset,
-                "exporter": "torch.onnx (dynamo)", "native_class": type(native).__name__, "manifest": MANIFEST}
+                "exporter": "torch.onnx (dynamo)", "native_class": summary["native_class"] or type(model).__name__,
+                "manifest": MANIFEST}
         write_json_atomic(os.path.join(staging, EXPORT_FILE), spec)
         sizes = {f: round(os.path.getsize(os.path.join(staging, f)) / 1e6, 1) for f in files}
-        res = {**export_summary(exported, out_dir), "format": "onnx", "onnx_files": files,
+        res = {**summary, "format": "onnx", "onnx_files": files,
                "onnx_mb": sizes, "model_file": spec["model_file"], "opset": opset}
         if finish is not None:
             finish(res, staging)
@@ -140,12 +194,18 @@ class OnnxExporter(Exporter):
 
     options = {"quantize": "quantizes an ONNX export"}
     default_dir = "onnx"
+    library = "onnx"
 
     def export(self, model_dir: str, out_dir: str, options: dict, finish: Callable[[dict, str], Any]) -> dict:
         return export_onnx_directory(model_dir, out_dir, options.get("quantize"), finish)
 
     def usage(self, res: dict, out_dir: str) -> str:
         return f"python run.py action=predict checkpoint={out_dir} (or action=serve)"
+
+    def card_usage(self, res: dict, out_dir: str) -> list[str]:
+        from kotune.export.model_card import onnx_usage
+
+        return onnx_usage(res)
 
 
 @register_runtime("onnxruntime")
