@@ -371,3 +371,27 @@ def test_a_layer_choice_and_pooling_travel_into_every_export(tmp_path, cache_dir
     session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
     out = session.run(None, {i.name: batch[i.name].astype(np.int64) for i in session.get_inputs()})[0]
     assert np.allclose(out, vectors, atol=1e-4)
+
+
+def test_the_embedding_size_is_read_without_sentence_transformers_rename_warning():
+    """sentence-transformers 6 renamed get_sentence_embedding_dimension to get_embedding_dimension
+    (the old name warns, FutureWarning); 5.x has only the old one."""
+    import warnings
+
+    from kotune.embeddings.export import embedding_dimension
+
+    class Five:
+        def get_sentence_embedding_dimension(self) -> int:
+            return 8
+
+    class Six(Five):
+        def get_sentence_embedding_dimension(self) -> int:
+            warnings.warn("renamed to get_embedding_dimension", FutureWarning)
+            return 8
+
+        def get_embedding_dimension(self) -> int:
+            return 8
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert embedding_dimension(Five()) == embedding_dimension(Six()) == 8

@@ -54,7 +54,7 @@ class SentenceTransformersExporter(Exporter):
         st = from_kotune_model(model, tokenizer, device="cpu")
         res = {"export_dir": out_dir, "format": "sentence_transformers", "native_class": ST_CLASS,
                "pipeline": None, "layers": model.mixer.spec.describe(), "pooling": model.head.pooling,
-               "dim": int(st.get_sentence_embedding_dimension()), "input_note": None}
+               "dim": embedding_dimension(st), "input_note": None}
         with written_whole(out_dir, "st-export") as staging:
             st.save(staging, create_model_card=False)
             add_unused_pooler(model, staging)
@@ -91,3 +91,10 @@ def add_unused_pooler(model, folder: str) -> None:
     weights["pooler.dense.weight"] = kept.get("weight", torch.zeros(hidden, hidden)).contiguous()
     weights["pooler.dense.bias"] = kept.get("bias", torch.zeros(hidden)).contiguous()
     save_file(weights, path, metadata={"format": "pt"})
+
+
+def embedding_dimension(st) -> int:
+    """A SentenceTransformer's vector size, by the method's name in the installed sentence-transformers
+    (6.x: ``get_embedding_dimension``; the old ``get_sentence_embedding_dimension`` there warns)."""
+    method = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
+    return int(method())
