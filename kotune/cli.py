@@ -18,7 +18,7 @@ from kotune.sweeps.naming import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
 from tasks.encode_cache import fingerprint
 from kotune.core.errors import KotuneError
 from kotune.core.files import mask_credentials_in_file, write_text_atomic
-from kotune.core.log import log
+from kotune.core.log import log, run_log, say
 from kotune.core.redact import mask_credentials, mask_tree, remember_environment, remember_override, remember_tree
 
 
@@ -58,22 +58,32 @@ def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
     mask_hydra_files(hc)
     quiet_libraries()
+    with run_log(os.path.join(hc.runtime.output_dir, "run.log")):  # the job's log, as the console shows it
+        results = job_results(cfg, hc)
+        path = os.path.join(hc.runtime.output_dir, "results.json")
+        if results["status"] in ("ok", "pruned"):
+            say(f"\n{summary(results)}\n  results: {path}")
+            score = results.get("main_score")
+            return float(score) if score is not None and math.isfinite(score) else worst_score(cfg)
+        say(f"error: {mask_credentials(results['error'])}", error=True)
+    if hc.mode == RunMode.MULTIRUN:  # let the sweep go on; a sweeper gets a finite worst score
+        return worst_score(cfg)
+    sys.exit(1)
+
+
+def job_results(cfg: DictConfig, hc) -> dict:
+    """The job run, or its earlier results where a multirun's job finished ok with this config."""
+    from hydra.types import RunMode
+
     path = os.path.join(hc.runtime.output_dir, "results.json")
     results = finished_results(path, cfg) if hc.mode == RunMode.MULTIRUN else None
     if results is not None:
         log(f"resume: {path} is complete for this config (hash {results['config_hash']}): skipped")
-    else:
-        results = execute(cfg, hc.runtime.output_dir)
-        if hc.mode == RunMode.MULTIRUN:
-            release_memory()
-    if results["status"] in ("ok", "pruned"):
-        print(f"\n{summary(results)}\n  results: {path}", flush=True)
-        score = results.get("main_score")
-        return float(score) if score is not None and math.isfinite(score) else worst_score(cfg)
-    print(f"error: {mask_credentials(results['error'])}", file=sys.stderr, flush=True)
-    if hc.mode == RunMode.MULTIRUN:  # let the sweep go on; a sweeper gets a finite worst score
-        return worst_score(cfg)
-    sys.exit(1)
+        return results
+    results = execute(cfg, hc.runtime.output_dir)
+    if hc.mode == RunMode.MULTIRUN:
+        release_memory()
+    return results
 
 
 def mask_hydra_files(hc) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from kotune.core.redact import mask_credentials
 
 logger = logging.getLogger("kotune")
+FORMAT = "[kotune] %(message)s"
 
 
 def _masking_record_factory(factory):
@@ -53,10 +54,47 @@ class _Stdout(logging.StreamHandler):
 
 if not logger.handlers:
     _handler = _Stdout()
-    _handler.setFormatter(logging.Formatter("[kotune] %(message)s"))
+    _handler.setFormatter(logging.Formatter(FORMAT))
     logger.addHandler(_handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+class _RunLog(logging.FileHandler):
+    """A job's run.log: the lines the console shows, masked (kotune/core/redact.py) as they are written."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_credentials(super().format(record))
+
+    def write_lines(self, text: str) -> None:
+        with self.lock:  # the handler's own lock: a log line from another thread does not interleave
+            if self.stream is None:
+                self.stream = self._open()
+            self.stream.write(mask_credentials(text) + "\n")
+            self.flush()
+
+
+@contextlib.contextmanager
+def run_log(path: str) -> Iterator[None]:
+    """kotune's log also into ``path`` (a job's ``run.log``, appended) while the block runs, as the
+    console shows it; :func:`say` adds the lines printed for the user."""
+    handler = _RunLog(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(FORMAT))
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def say(text: str, error: bool = False) -> None:
+    """A line for the user (the closing table, the error line): printed to stdout (stderr when
+    ``error``) and into the open run.log."""
+    print(text, file=sys.stderr if error else sys.stdout, flush=True)
+    for handler in logger.handlers:
+        if isinstance(handler, _RunLog):
+            handler.write_lines(text)
 
 
 def log(msg: str) -> None:
