@@ -20,7 +20,7 @@ import asyncio
 import errno
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -181,7 +181,7 @@ def protocol_class(limits: ConnectionLimits) -> type[LimitedH11Protocol]:
     return type("KotuneH11Protocol", (LimitedH11Protocol,), {"limits": limits})
 
 
-def accept_error_handler(limits: ConnectionLimits):
+def accept_error_handler(limits: ConnectionLimits) -> Callable[[asyncio.AbstractEventLoop, dict], None]:
     """The event loop's exception handler: ``accept()`` out of descriptors (asyncio stops accepting
     for a second and tries again) is a warning now and then; anything else goes to asyncio's own
     handler, whose failure (logging that needs a descriptor itself) is dropped, not raised out of the loop."""
