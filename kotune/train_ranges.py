@@ -48,6 +48,7 @@ TRAIN_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_steps": (lambda v: v is None or v == -1 or whole(v) and v > 0, "-1 (train.epochs counts) or a whole number > 0"),
     "epochs": (lambda v: number(v) and v >= 0, "a finite number > 0 (0 only with train.max_steps > 0)"),
     "batch_size": (at_least(1), "a whole number >= 1"),
+    "batch_tokens": (or_null(at_least(2)), "null or a whole number >= 2 (padded tokens a batch)"),
     "eval_batch_size": (at_least(1), "a whole number >= 1"),
     "grad_accum": (at_least(1), "a whole number >= 1"),
     "warmup_ratio": (unit(), "a number in [0, 1)"),

@@ -19,10 +19,11 @@ from kotune.sweeps import pruning
 from kotune.build import Built, make_collator
 from kotune.optim import check_layer_decay, parameter_groups
 from kotune.resume import COMPLETE, resume_identity
-from kotune.runtime import world_size
+from kotune.runtime import pad_multiple, world_size
 from kotune.training_args import tensorboard_dir, training_arguments
 from kotune.core.errors import KotuneError
 from kotune.core.files import write_json_atomic
+from kotune.core.log import log
 
 
 def _summary_writer(log_dir: str):
@@ -59,8 +60,10 @@ class KotuneTrainer(Trainer):
       held-out training slice, so that the evaluation scores the decision training will keep."""
 
     def __init__(self, *args, mix_learning_rate: float | None = None, resume_config: dict | None = None,
-                 tensorboard_dir: str | None = None, layer_lr_decay: float = 1.0, before_evaluation=None, **kwargs):
+                 tensorboard_dir: str | None = None, layer_lr_decay: float = 1.0, before_evaluation=None,
+                 batch_tokens: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.batch_tokens = batch_tokens
         self.before_evaluation = before_evaluation
         self.mix_learning_rate = mix_learning_rate
         self.layer_lr_decay = float(layer_lr_decay)
@@ -125,6 +128,35 @@ class KotuneTrainer(Trainer):
         if self.args.world_size > 1:
             mine = self.accelerator.gather(mine)
         return float(self.loss_sum_before) + float(mine.double().mean().item())
+
+    def get_train_dataloader(self):
+        """``train.batch_tokens``: batches filled to a token budget (kotune/token_budget.py); else Trainer's."""
+        if not self.batch_tokens or self.train_dataset is None:
+            return super().get_train_dataloader()
+        from functools import partial
+
+        from transformers.trainer_utils import seed_worker
+
+        from kotune.token_budget import TokenBudgetBatches, feature_sizes
+
+        multiple = getattr(self.data_collator, "multiple", 1)
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        batches = TokenBudgetBatches(feature_sizes(self.train_dataset), self.batch_tokens, seed, multiple,
+                                     self.args.world_size, self.args.process_index)
+        log(f"train.batch_tokens={self.batch_tokens}: {len(batches)} batches an epoch, "
+            f"{len(self.train_dataset) / (len(batches) * self.args.world_size):.1f} rows a batch on average "
+            "(the learning rate is not rescaled: docs/actions/train.md)")
+        workers = self.args.dataloader_num_workers
+        loader = torch.utils.data.DataLoader(
+            self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator, num_workers=workers,
+            pin_memory=self.args.dataloader_pin_memory, persistent_workers=self.args.dataloader_persistent_workers,
+            worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index))
+        prepared = self.accelerator.prepare(loader)
+        # the batches are already this process's share: accelerate's shard wrapper must pass them through
+        shard = getattr(prepared, "batch_sampler", None)
+        if shard is not None and getattr(shard, "batch_sampler", None) is batches:
+            shard.num_processes, shard.process_index = 1, 0
+        return prepared
 
     def _get_eval_sampler(self, eval_dataset):
         if eval_dataset is None or self.args.world_size > 1:
@@ -212,9 +244,16 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
         return task.score(task.decode(predictions, val, b.splits[evaluated].examples), b.splits[evaluated].examples)
 
     steps_per_epoch = None
+    batch_tokens = cfg.train.get("batch_tokens")
     if train is not None:
-        steps_per_epoch = max(1, math.ceil(len(train) / (int(cfg.train.batch_size) * world_size()))
-                              // int(cfg.train.grad_accum))
+        if batch_tokens:  # the token-budget cut decides the batches (kotune/token_budget.py)
+            from kotune.token_budget import TokenBudgetBatches, feature_sizes
+
+            batches = len(TokenBudgetBatches(feature_sizes(b.inputs["train"]), int(batch_tokens), 0,
+                                             pad_multiple(cfg.train), world_size())) * world_size()
+        else:
+            batches = math.ceil(len(train) / int(cfg.train.batch_size))
+        steps_per_epoch = max(1, math.ceil(batches / world_size()) // int(cfg.train.grad_accum))
     return (trainer_class or KotuneTrainer)(
         model=b.model,
         args=training_arguments(cfg, run_dir, list(b.model.head.label_fields), do_eval, steps_per_epoch,
@@ -227,6 +266,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
         mix_learning_rate=cfg.train.get("mix_learning_rate"),
         layer_lr_decay=check_layer_decay(cfg.train.get("layer_lr_decay", 1.0), bool(cfg.mode.frozen)),
         resume_config=resume_identity(cfg),
+        batch_tokens=int(batch_tokens) if batch_tokens else None,
         tensorboard_dir=tensorboard_dir(cfg, run_dir) if train is not None else None,
         callbacks=early_stopping.callbacks(cfg) + pruning.callbacks(task.main_metric) if train is not None else None,
     )

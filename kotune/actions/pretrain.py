@@ -45,6 +45,9 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
                                p.get("attention_init") or "random", objective,
                                p.get("mimetic_alpha"), p.get("mimetic_beta"))
         max_length = resolve_max_length(int(cfg.train.max_length), model.config)
+        if cfg.train.get("batch_tokens"):  # every packed block is max_length tokens long: the budget is rows
+            cfg.train.batch_size = max(1, int(cfg.train.batch_tokens) // max_length)
+            log(f"train.batch_tokens={cfg.train.batch_tokens}: {cfg.train.batch_size} blocks of {max_length} a batch")
         blocks = {s: pretrain.model_blocks(tokenizer, t, max_length, seed) for s, t in text.items()}
     whole = bool(p.whole_word)
     eval_rows = pretrain.model_rows(blocks["validation"], whole)[: p.get("max_eval_blocks") or None]

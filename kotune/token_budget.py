@@ -1,0 +1,65 @@
+"""``train.batch_tokens``: training batches filled to a token budget (fairseq's ``--max-tokens``)
+instead of ``train.batch_size`` rows. The rows are sorted by length (ties in a seeded random order,
+new each epoch), cut into batches whose padded size — rows × the longest row, rounded up as the
+collator pads — stays within the budget (heads/model/inference.py's ``token_batches``, the cut
+inference uses), and the batches come in a seeded random order per epoch. The cut depends on the
+sorted lengths only, so every epoch has the same number of batches and Trainer's schedule, resume
+(``set_epoch`` and skipped batches) and step counts hold. A step's loss stays the mean over its
+labelled items whatever rows a batch holds (kotune/trainer.py's ``loss_counts``)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from heads.model.inference import row_size, token_batches
+
+
+def feature_sizes(features) -> list[tuple[int, int]]:
+    """(sequences, longest) of every row of a features table: pyarrow's list lengths for plain rows,
+    each row read for documents of windows."""
+    import pyarrow.compute as pc
+
+    column = next((c for c in ("input_ids", "attention_mask") if c in features.column_names), None)
+    if column is None:
+        return [(1, 1)] * len(features)
+    table = features.with_format("arrow")[column]
+    if str(table.type).startswith("list<item: list"):  # windows: a document per row
+        return [row_size({column: row}) for row in features.with_format(None)[column]]
+    return [(1, int(n)) for n in pc.list_value_length(table).to_numpy(zero_copy_only=False)]
+
+
+class TokenBudgetBatches(torch.utils.data.Sampler):
+    """Batches of row indices within ``batch_tokens`` padded tokens, a process's share of them
+    (``rank`` of ``world``: every process gets as many batches, the remainder of the shuffled
+    list dropped, as ``drop_last`` would)."""
+
+    def __init__(self, sizes: list[tuple[int, int]], batch_tokens: int, seed: int, multiple: int = 1,
+                 world: int = 1, rank: int = 0):
+        self.sizes = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
+        self.seed, self.epoch, self.world, self.rank = int(seed), 0, max(1, int(world)), int(rank)
+        # longest first, then the most windows: ties are only reordered among rows of the same size,
+        # so the cut below is the same every epoch
+        key = np.lexsort((-self.sizes[:, 0], -self.sizes[:, 1]))
+        self.cuts = token_batches([tuple(s) for s in self.sizes[key]], batch_tokens, 1, multiple)
+        self.per_process = len(self.cuts) // self.world
+        if self.per_process == 0:
+            raise ValueError(f"train.batch_tokens={batch_tokens}: {len(self.cuts)} batch(es) for {self.world} "
+                             "processes; lower it or add data")
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.per_process
+
+    def batches(self) -> list[list[int]]:
+        """Every process's batches of this epoch, in this epoch's order."""
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        tiebreak = torch.rand(len(self.sizes), generator=g).numpy()
+        order = np.lexsort((tiebreak, -self.sizes[:, 0], -self.sizes[:, 1]))
+        batches = [order[c.start:c.stop].tolist() for c in self.cuts]
+        shuffled = torch.randperm(len(batches), generator=g).tolist()
+        return [batches[i] for i in shuffled[: self.per_process * self.world]]
+
+    def __iter__(self):
+        return iter(self.batches()[self.rank::self.world])
