@@ -21,21 +21,9 @@ from pathlib import Path
 import pytest
 
 from conftest import compose, run_cli_here
+from test_artifact_trust import Opener, export_like, trained  # noqa: F401 - trained: the module's checkpoint fixture
 
 PAIR = {"text": "한 남자가 기타를 친다.", "text_pair": "사람이 악기를 연주한다."}
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, cache_dir) -> Path:
-    """A real tiny NLI checkpoint (one step on the shipped sample data): its run directory."""
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
-
-    run = tmp_path_factory.mktemp("trained") / "run"
-    cfg = compose(["model=tiny", "data=sample", "train.max_steps=1", "train.batch_size=8", f"cache_dir={cache_dir}"])
-    quiet_libraries()
-    assert execute(cfg, str(run))["status"] == "ok"
-    return run
 
 
 @pytest.fixture(scope="module")
@@ -158,8 +146,6 @@ def test_a_link_that_stays_inside_the_checkpoint_is_read(trained, tmp_path):
 
 
 def test_an_onnx_file_linked_out_of_its_export_is_refused(trained, tmp_path):
-    from test_artifact_trust import export_like
-
     from kotune.export.onnx import OnnxModel
 
     export = export_like(trained, tmp_path, lambda spec: spec.update(files=["model.onnx", "model_int8.onnx"]))
@@ -258,14 +244,6 @@ def test_a_native_export_missing_weights_is_refused(native, tmp_path):
 
 
 # ---- 4. a crafted file is the artifact's fault ---------------------------------------------------
-class Opener:
-    def __init__(self, path: str):
-        self.path = path
-
-    def __reduce__(self):
-        return open, (self.path, "w")
-
-
 @pytest.mark.parametrize("name", ["head.safetensors", "encoder/model.safetensors"])
 def test_a_pickle_saved_as_safetensors_is_the_files_fault(trained, tmp_path, name):
     ck = copied(trained, tmp_path)
