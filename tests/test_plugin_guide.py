@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
+from test_plugins import error_line, rows
 
 PAGE = ROOT / "docs" / "development" / "plugins.md"
 FIXTURES = ROOT / "tests" / "fixtures" / "scores"
@@ -52,16 +53,6 @@ def commands(text: str) -> list[tuple[dict, list[str]]]:
 
 def error_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("error:")]  # only code blocks start so
-
-
-def one_error(proc) -> str:
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-3000:]
-    return lines[0]
-
-
-def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +126,7 @@ def test_a_head_without_a_native_twin_exports_to_onnx_and_predicts_as_the_run(gu
 def test_calibrating_the_regression_is_refused_before_training_in_the_pages_line(guide, tmp_path):
     env, args = commands(page())[0]
     run = tmp_path / "calibrated"
-    line = one_error(run_cli([*[a for a in args if not a.startswith("hydra.run.dir=")], "train.calibrate=temperature",
+    line = error_line(run_cli([*[a for a in args if not a.startswith("hydra.run.dir=")], "train.calibrate=temperature",
                               f"hydra.run.dir={run}"], env=env, cwd=guide))
     assert line in error_lines(page()), line
     assert not (run / "model").exists() and not (run / "checkpoints").exists()  # nothing was trained
