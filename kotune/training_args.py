@@ -76,6 +76,9 @@ def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do
         warmup_steps=float(t.warmup_ratio),  # < 1: a fraction of the total steps
         weight_decay=float(t.weight_decay),
         seed=int(t.seed),
+        # train.deterministic: torch's deterministic algorithms and cuBLAS's fixed workspace (bit-exact
+        # reruns on one GPU, at some speed); the CPU's kernels are deterministic already
+        full_determinism=bool(t.get("deterministic", False)),
         bf16=precision == "bf16",
         fp16=precision == "fp16",
         torch_compile=bool(t.get("compile", False)),

@@ -71,3 +71,16 @@ def test_a_run_with_batch_tokens_trains_and_resumes_exactly(run_job, tmp_path):
     assert again["status"] == "ok" and again["resumed_from"] == 2
     assert again["train_loss"] == pytest.approx(whole["train_loss"], rel=1e-5)
     assert again["metrics"] == pytest.approx(whole["metrics"], abs=1e-6)
+
+
+def test_deterministic_training_sets_torchs_full_determinism(tmp_path, monkeypatch):
+    """``train.deterministic=true`` → Trainer's ``full_determinism`` (torch's deterministic algorithms,
+    cuBLAS's fixed workspace); off by default, where it costs GPU speed."""
+    from conftest import compose
+    from kotune.training_args import training_arguments
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # Trainer's enable_full_determinism sets it
+    base = ["task=text_cls", "model=tiny", "data=sample"]
+    assert not training_arguments(compose(base), str(tmp_path), ["labels"], False).full_determinism
+    assert training_arguments(compose([*base, "train.deterministic=true"]), str(tmp_path), ["labels"],
+                              False).full_determinism
