@@ -37,6 +37,17 @@ def native(trained, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def onnx(trained, tmp_path_factory) -> Path:
+    """The trained checkpoint as an ONNX export (action=export export.format=onnx)."""
+    from kotune.job import execute
+
+    out = tmp_path_factory.mktemp("onnx") / "onnx"
+    cfg = compose(["action=export", f"checkpoint={trained}", f"export.dir={out}", "export.format=onnx"])
+    assert execute(cfg, str(out.parent / "export-run"))["status"] == "ok"
+    return out
+
+
 def copied(source: Path, tmp_path: Path, name: str = "ck") -> Path:
     target = tmp_path / name
     shutil.copytree(source, target, symlinks=True)
@@ -215,6 +226,32 @@ def test_the_length_is_checked_against_the_encoders_positions(trained, tmp_path)
     line = load_error(ck)
     assert ("model/kotune.json: meta.max_length=1000000 is more than the encoder's 512 positions "
             "(encoder/config.json: max_position_embeddings)") in line, line
+
+
+def test_an_onnx_exports_labels_and_length_are_checked_against_its_graph_and_config(onnx, tmp_path):
+    """An export's ``meta.labels`` against its graph's logits, its ``meta.max_length`` against its
+    config's positions: 5 names on a 3-logit graph, or 1,000,000 tokens on 512 positions, loaded."""
+    export = copied(onnx, tmp_path, "onnx")
+    edit_json(export / "kotune_export.json", lambda spec: spec["meta"].update(labels=list("abcde")))
+    reseal(export, "onnx-export")
+    line = load_error(export)
+    assert line == (f"{export / 'kotune_export.json'}: meta.labels has 5 names, but model.onnx gives 3 logits "
+                    "(its output logits: ['batch', 3])"), line
+    export = copied(onnx, tmp_path, "onnx2")
+    edit_json(export / "kotune_export.json", lambda spec: spec["meta"].update(max_length=1_000_000))
+    reseal(export, "onnx-export")
+    line = load_error(export)
+    assert line == (f"{export}/kotune_export.json: meta.max_length=1000000 is more than the encoder's 512 positions "
+                    "(config.json: max_position_embeddings)"), line
+
+
+def test_an_onnx_file_that_is_no_graph_is_the_files_fault(trained, tmp_path):
+    from kotune.export.onnx import OnnxModel
+
+    export = export_like(trained, tmp_path, lambda spec: None)  # its model.onnx: b"not a graph"
+    with pytest.raises(Exception) as e:
+        OnnxModel(str(export))
+    assert one_line(e.value).startswith(f"{export / 'model.onnx'}: not an ONNX graph onnxruntime runs (")
 
 
 # ---- 3. a native export's weights are its class's ------------------------------------------------

@@ -411,6 +411,16 @@ def check_length(max_length: Any, limit: int, where: str, source: str) -> None:
                             f"({source}: max_position_embeddings)")
 
 
+def check_outputs(meta: dict, outputs: list, graph: str, where: str) -> None:
+    """An ONNX graph's first output (onnxruntime's ``get_outputs()``) against ``meta.labels``: a
+    fixed last axis holds one logit per label (a span head's outputs end in the text's length)."""
+    labels = meta.get("labels")
+    shape = list(getattr(outputs[0], "shape", None) or []) if outputs else []
+    if labels and len(shape) >= 2 and integer(shape[-1]) and shape[-1] != len(labels):
+        raise ArtifactError(f"{where}: meta.labels has {len(labels)} name{'s' if len(labels) != 1 else ''}, but "
+                            f"{graph} gives {shape[-1]} logits (its output {outputs[0].name}: {shape})")
+
+
 def check_sizes(directory: str, spec: dict, config: Any, source: str = "encoder/config.json") -> None:
     """Every size a saved model's ``kotune.json`` gives, before the model is built: the head its
     arguments make (built on torch's ``meta`` device: no memory) against ``head.safetensors``'

@@ -231,7 +231,7 @@ class OnnxModel:
         import onnxruntime as ort
 
         settle(directory)  # an export killed while swapping its directory in: put the whole one back
-        from heads.model.artifact import check_export_spec, check_files, parse
+        from heads.model.artifact import ArtifactError, check_export_spec, check_files, check_outputs, parse
 
         where = os.path.join(directory, EXPORT_FILE)
         check_files(directory, directory)  # before any file is opened: a link out of the export is refused
@@ -255,7 +255,11 @@ class OnnxModel:
         options.log_severity_level = 3
         self.threads = options.intra_op_num_threads
         self.path, self.options = path, options
-        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own error types: the file's fault, not kotune's
+            raise ArtifactError(f"{path}: not an ONNX graph onnxruntime runs ({str(e).splitlines()[0]})") from None
+        check_outputs(self.meta, self.session.get_outputs(), self.file, where)  # its logits, one per label
         self.provider = "CPUExecutionProvider"  # until run_on(predict.device)
         self.input_names = [i.name for i in self.session.get_inputs()]
 
