@@ -138,14 +138,18 @@ def test_failures_are_one_line_kotune_errors(runs, tmp_path):
         kotune.load(tmp_path / "nowhere")
 
 
-def test_embed_gives_a_row_per_text_as_action_embed_does(runs):
+def test_embed_gives_a_row_per_text_as_action_embed_does(runs, capsys):
     import numpy as np
 
     import kotune
 
     predict = kotune.load(runs["text_cls"])
+    capsys.readouterr()
     vectors = predict.embed(["첫 문장", "두 번째 문장", "세 번째"])
     assert vectors.shape == (3, 128) and np.isfinite(vectors).all()
+    # its job's temporary folder is gone once the vectors are read: the log names no file there
+    said = capsys.readouterr().out
+    assert "embedding 3 texts" in said and "kotune-embed-" not in said
     assert np.allclose(predict.embed("두 번째 문장"), vectors[1], atol=1e-5)
 
 

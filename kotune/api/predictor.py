@@ -15,6 +15,7 @@ from typing import Any
 
 from kotune.api.compose import compose_job, run_job
 from kotune.core.errors import KotuneError
+from kotune.core.log import without_lines_naming
 
 
 class Predictor:
@@ -91,9 +92,10 @@ class Predictor:
             source = os.path.join(folder, "texts.jsonl")
             with open(source, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in rows)
-            results, run_dir = run_job(["action=embed", f"checkpoint={self.path}", f"embed.input={source}",
-                                        "embed.column=text", *self.device_overrides(), *overrides],
-                                       os.path.join(folder, "run"))
+            with without_lines_naming(folder):  # the job's files live here until the vectors are read, then go
+                results, run_dir = run_job(["action=embed", f"checkpoint={self.path}", f"embed.input={source}",
+                                            "embed.column=text", *self.device_overrides(), *overrides],
+                                           os.path.join(folder, "run"))
             vectors = np.load(results["embeddings_file"])
         return vectors[0] if single else vectors
 
