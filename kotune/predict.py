@@ -69,13 +69,20 @@ class BatchPredictor:
         from transformers.trainer_utils import PredictionOutput
 
         started, parts = time.perf_counter(), []
-        items = [rows[i] for i in range(len(rows))]
-        multiple = getattr(self.collator, "multiple", 1)
-        for batch in token_batches(map(row_size, items), self.batch_tokens, self.batch_size, multiple):
-            parts.append(self.forward(self.collator([items[i] for i in batch])))
+        sizes = row_sizes(rows) if self.batch_tokens else [(1, 1)] * len(rows)  # no budget: batch_size rows
+        for batch in token_batches(sizes, self.batch_tokens, self.batch_size, getattr(self.collator, "multiple", 1)):
+            parts.append(self.forward(self.collator([rows[i] for i in batch])))  # rows read a batch at a time
         speed = len(rows) / max(time.perf_counter() - started, 1e-9)
         return PredictionOutput(predictions=concat_padded(parts), label_ids=None,
                                 metrics={"test_samples_per_second": speed})
+
+
+def row_sizes(rows) -> list[tuple[int, int]]:
+    """Each row's (sequences, longest) for the token budget: from the token column alone where the rows
+    are a ``datasets.Dataset`` (no cached states read), else row by row."""
+    if "input_ids" in (getattr(rows, "column_names", None) or ()):
+        return [row_size({"input_ids": ids}) for ids in rows.select_columns(["input_ids"])["input_ids"]]
+    return [row_size(rows[i]) for i in range(len(rows))]
 
 
 def batch_predictor(cfg: DictConfig, model, tokenizer) -> BatchPredictor:
