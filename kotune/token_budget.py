@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from heads.model.inference import row_size, token_batches
+from kotune.core.log import log
 
 
 def feature_sizes(features) -> list[tuple[int, int]]:
@@ -63,3 +64,30 @@ class TokenBudgetBatches(torch.utils.data.Sampler):
 
     def __iter__(self):
         return iter(self.batches()[self.rank::self.world])
+
+
+def train_dataloader(trainer, batch_tokens: int):
+    """The trainer's training DataLoader on :class:`TokenBudgetBatches`, prepared by its accelerator
+    (device placement, skipped batches on resume) and passed through accelerate's shard wrapper:
+    the batches are already this process's share."""
+    from functools import partial
+
+    from transformers.trainer_utils import seed_worker
+
+    args = trainer.args
+    seed = args.data_seed if args.data_seed is not None else args.seed
+    batches = TokenBudgetBatches(feature_sizes(trainer.train_dataset), batch_tokens, seed,
+                                 getattr(trainer.data_collator, "multiple", 1), args.world_size, args.process_index)
+    log(f"train.batch_tokens={batch_tokens}: {len(batches)} batches an epoch, "
+        f"{len(trainer.train_dataset) / (len(batches) * args.world_size):.1f} rows a batch on average "
+        "(the learning rate is not rescaled: docs/actions/train.md)")
+    workers = args.dataloader_num_workers
+    loader = torch.utils.data.DataLoader(
+        trainer.train_dataset, batch_sampler=batches, collate_fn=trainer.data_collator, num_workers=workers,
+        pin_memory=args.dataloader_pin_memory, persistent_workers=args.dataloader_persistent_workers,
+        worker_init_fn=partial(seed_worker, num_workers=workers, rank=args.process_index))
+    prepared = trainer.accelerator.prepare(loader)
+    shard = getattr(prepared, "batch_sampler", None)
+    if shard is not None and getattr(shard, "batch_sampler", None) is batches:
+        shard.num_processes, shard.process_index = 1, 0
+    return prepared

@@ -20,10 +20,9 @@ from kotune.build import Built, make_collator
 from kotune.optim import check_layer_decay, parameter_groups
 from kotune.resume import COMPLETE, resume_identity
 from kotune.runtime import pad_multiple, world_size
-from kotune.training_args import tensorboard_dir, training_arguments
+from kotune.training_args import plain_progress, tensorboard_dir, training_arguments
 from kotune.core.errors import KotuneError
 from kotune.core.files import write_json_atomic
-from kotune.core.log import log
 
 
 def _summary_writer(log_dir: str):
@@ -63,6 +62,7 @@ class KotuneTrainer(Trainer):
                  tensorboard_dir: str | None = None, layer_lr_decay: float = 1.0, before_evaluation=None,
                  batch_tokens: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        plain_progress(self)
         self.batch_tokens = batch_tokens
         self.before_evaluation = before_evaluation
         self.mix_learning_rate = mix_learning_rate
@@ -133,30 +133,9 @@ class KotuneTrainer(Trainer):
         """``train.batch_tokens``: batches filled to a token budget (kotune/token_budget.py); else Trainer's."""
         if not self.batch_tokens or self.train_dataset is None:
             return super().get_train_dataloader()
-        from functools import partial
+        from kotune.token_budget import train_dataloader
 
-        from transformers.trainer_utils import seed_worker
-
-        from kotune.token_budget import TokenBudgetBatches, feature_sizes
-
-        multiple = getattr(self.data_collator, "multiple", 1)
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        batches = TokenBudgetBatches(feature_sizes(self.train_dataset), self.batch_tokens, seed, multiple,
-                                     self.args.world_size, self.args.process_index)
-        log(f"train.batch_tokens={self.batch_tokens}: {len(batches)} batches an epoch, "
-            f"{len(self.train_dataset) / (len(batches) * self.args.world_size):.1f} rows a batch on average "
-            "(the learning rate is not rescaled: docs/actions/train.md)")
-        workers = self.args.dataloader_num_workers
-        loader = torch.utils.data.DataLoader(
-            self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator, num_workers=workers,
-            pin_memory=self.args.dataloader_pin_memory, persistent_workers=self.args.dataloader_persistent_workers,
-            worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index))
-        prepared = self.accelerator.prepare(loader)
-        # the batches are already this process's share: accelerate's shard wrapper must pass them through
-        shard = getattr(prepared, "batch_sampler", None)
-        if shard is not None and getattr(shard, "batch_sampler", None) is batches:
-            shard.num_processes, shard.process_index = 1, 0
-        return prepared
+        return train_dataloader(self, self.batch_tokens)
 
     def _get_eval_sampler(self, eval_dataset):
         if eval_dataset is None or self.args.world_size > 1:
