@@ -78,6 +78,8 @@ def quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")  # peft asks transformers 5 the old way
+    # a notebook without ipywidgets: tqdm.auto says so, then draws its text bar (as kotune's trainers do: plain_progress)
+    warnings.filterwarnings("ignore", message="IProgress not found")
     for name in ("transformers", "datasets", "accelerate"):
         logging.getLogger(name).setLevel(logging.WARNING)
     if "transformers" in sys.modules:

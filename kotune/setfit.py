@@ -104,8 +104,9 @@ def quiet(st_trainer) -> None:
     import torch
     from transformers.trainer_callback import ProgressCallback
 
-    from kotune.training_args import progress_bars_off
+    from kotune.training_args import plain_progress, progress_bars_off
 
+    plain_progress(st_trainer)
     if progress_bars_off():
         st_trainer.pop_callback(ProgressCallback)
     st_trainer.args.dataloader_pin_memory = torch.cuda.is_available()

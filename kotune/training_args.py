@@ -18,6 +18,23 @@ def progress_bars_off() -> bool:
     return not sys.stderr.isatty() and os.environ.get("KOTUNE_PROGRESS", "1") == "0"
 
 
+def plain_progress(trainer) -> None:
+    """In a notebook without ipywidgets, the text progress bar instead of transformers' notebook one:
+    tqdm (datasets, the Hub's downloads) falls back to text there, and the notebook callback's
+    evaluation bar is left as an empty HTML output once it closes; one kind of bar throughout."""
+    import importlib.util
+
+    from transformers.trainer_callback import ProgressCallback
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    notebook = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, NotebookProgressCallback)]
+    if not notebook or importlib.util.find_spec("ipywidgets") is not None:
+        return
+    for cb in notebook:
+        trainer.remove_callback(cb)
+    trainer.add_callback(ProgressCallback)
+
+
 def loggers(cfg: DictConfig) -> list[str]:
     """``train.report_to``: the Trainer integrations to log to (``none``: none)."""
     value = cfg.train.get("report_to") or "none"

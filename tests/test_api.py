@@ -169,3 +169,50 @@ def test_a_notebook_trains_twice_and_predicts(tmp_path, cache_dir):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     assert (tmp_path / "a" / "results.json").is_file() and (tmp_path / "b" / "results.json").is_file()
+    if importlib.util.find_spec("ipywidgets") is None:  # text progress bars: no HTML bar left empty, no tqdm warning
+        outputs = [o for cell in nb.cells for o in cell.get("outputs", [])]
+        assert not [o for o in outputs if o["output_type"] == "display_data"]
+        assert not [o for o in outputs if "IProgress" in str(o.get("text", ""))]
+
+
+@pytest.mark.parametrize("widgets", [False, True])
+def test_a_notebook_without_ipywidgets_gets_the_text_progress_bar(monkeypatch, widgets):
+    """transformers' Trainer shows its notebook (HTML) bar in a notebook; without ipywidgets tqdm
+    falls back to text (after a warning), and the notebook bar's evaluation output is left empty:
+    kotune's trainers use the text bar there too, and the warning is not shown."""
+    import importlib.util
+    import warnings
+    from types import SimpleNamespace
+
+    from tqdm import TqdmWarning
+    from transformers.trainer_callback import ProgressCallback
+    from transformers.utils.notebook import NotebookProgressCallback
+
+    from kotune.runtime import quiet_libraries
+    from kotune.training_args import plain_progress
+
+    class Trainer:
+        def __init__(self, *callbacks):
+            self.callback_handler = SimpleNamespace(callbacks=list(callbacks))
+
+        def remove_callback(self, cb):
+            self.callback_handler.callbacks.remove(cb)
+
+        def add_callback(self, cb):
+            self.callback_handler.callbacks.append(cb() if isinstance(cb, type) else cb)
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (SimpleNamespace() if widgets else None) if name == "ipywidgets" else find(name, *a))
+    other = object()
+    trainer = Trainer(other, NotebookProgressCallback())
+    plain_progress(trainer)
+    kinds = [type(cb) for cb in trainer.callback_handler.callbacks]
+    assert kinds == ([object, NotebookProgressCallback] if widgets else [object, ProgressCallback])
+    console = Trainer(other, ProgressCallback())
+    plain_progress(console)  # outside a notebook: as it was
+    assert [type(cb) for cb in console.callback_handler.callbacks] == [object, ProgressCallback]
+    quiet_libraries()
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.warn("IProgress not found. Please update jupyter and ipywidgets.", TqdmWarning)
+    assert shown == []
