@@ -5,6 +5,7 @@ each bad input refused in one line. tests/test_action_matrix.py distils every ta
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -50,6 +51,43 @@ def test_the_classes_loss_is_hintons_t_squared_kl():
     expected = t * t * (p * (torch.log(p) - torch.log_softmax(student / t, -1))).sum()
     assert soft_target_sum("classes", student, rows(teacher), {"labels": torch.zeros(1)}, t).item() == \
         pytest.approx(expected.item(), rel=1e-5)
+
+
+def kl(p: list[float], q: list[float]) -> float:
+    """KL(p ‖ q) by hand."""
+    return sum(a * math.log(a / b) for a, b in zip(p, q))
+
+
+def soft(z: list[float], t: float) -> list[float]:
+    e = [math.exp(v / t) for v in z]
+    return [v / sum(e) for v in e]
+
+
+def test_token_sigmoid_and_span_losses_are_t_squared_kl_by_hand():
+    """Each soft-target loss keeps Hinton's T² (the soft gradients' scale as T changes), checked
+    against KLs computed by hand at T = 2: per labelled position (token), per label's two outcomes
+    (sigmoid), over the start and the end positions, half each (span)."""
+    from heads.distill_loss import soft_target_sum
+
+    t = 2.0
+    # token: two positions, the second unlabelled (skipped)
+    student, teacher = [[1.0, 0.0, -1.0], [3.0, 0.0, 0.0]], [[0.0, 2.0, 0.5], [0.0, 0.0, 0.0]]
+    got = soft_target_sum("positions", torch.tensor([student]), torch.tensor([teacher]).unsqueeze(2),
+                          {"labels": torch.tensor([[1, -100]])}, t).item()
+    assert got == pytest.approx(t * t * kl(soft(teacher[0], t), soft(student[0], t)), rel=1e-5)
+    # sigmoid: two labels, each a two-outcome KL
+    s, z = [0.5, -1.0], [2.0, 1.0]
+    two = [kl([1 / (1 + math.exp(-a / t)), 1 - 1 / (1 + math.exp(-a / t))],
+              [1 / (1 + math.exp(-b / t)), 1 - 1 / (1 + math.exp(-b / t))]) for a, b in zip(z, s)]
+    got = soft_target_sum("sigmoid", torch.tensor([s]), rows(torch.tensor([z])), {"labels": torch.zeros(1, 2)}, t).item()
+    assert got == pytest.approx(t * t * sum(two), rel=1e-5)
+    # span: one answered row, three positions; the start and the end each weigh a half
+    start_s, end_s, start_t, end_t = [1.0, 0.0, 0.5], [0.0, 1.0, 2.0], [2.0, 0.0, 0.0], [0.0, 0.0, 3.0]
+    teacher_span = torch.tensor([[start_t, end_t]]).transpose(1, 2).unsqueeze(2)  # [1, L, 1, 2]
+    got = soft_target_sum("span", (torch.tensor([start_s]), torch.tensor([end_s])), teacher_span,
+                          {"start_positions": torch.tensor([0])}, t).item()
+    expected = t * t * (kl(soft(start_t, t), soft(start_s, t)) + kl(soft(end_t, t), soft(end_s, t))) / 2
+    assert got == pytest.approx(expected, rel=1e-5)
 
 
 def test_token_soft_targets_count_labelled_positions_only():
