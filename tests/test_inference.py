@@ -252,3 +252,28 @@ def test_an_onnx_export_says_which_provider_ran_it(demo, run_job, tmp_path):
     assert export["status"] == "ok", export.get("error")
     res = run_job([*DEMO, "action=eval", f"checkpoint={tmp_path / 'onnx'}"], "eval")
     assert res["inference"]["provider"] == "CPUExecutionProvider" and res["inference"]["device"] == "cpu"
+
+
+def test_embed_with_a_token_budget_gives_the_same_vectors(run_job, tmp_path, monkeypatch):
+    """action=embed (the path of a bi-encoder's vectors too): predict.batch_tokens splits its batches, the
+    vectors stay those of unsplit batches, in input order."""
+    from tasks import collate
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("".join(f"{'아주 ' * (i % 7)}긴 문장 {i}\n" for i in range(40)), encoding="utf-8")
+    widths: list[tuple] = []
+    whole = run_job([*DEMO, "action=embed", f"embed.input={texts}", "train.eval_batch_size=64"], "whole")
+    original = collate.DynamicPaddingCollator.__call__
+
+    def recording(self, rows):
+        batch = original(self, rows)
+        widths.append(tuple(batch["input_ids"].shape))
+        return batch
+
+    monkeypatch.setattr(collate.DynamicPaddingCollator, "__call__", recording)
+    split = run_job([*DEMO, "action=embed", f"embed.input={texts}", "train.eval_batch_size=64",
+                     "predict.batch_tokens=48"], "split")
+    assert whole["status"] == split["status"] == "ok"
+    assert len(widths) > 3 and all(n * t <= 48 or n == 1 for n, t in widths), widths
+    a, b = np.load(whole["embeddings_file"]), np.load(split["embeddings_file"])
+    assert a.shape == b.shape == (40, a.shape[1]) and float(np.abs(a - b).max()) <= 1e-5

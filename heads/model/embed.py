@@ -9,10 +9,11 @@ from heads.model.feature_cache import iter_states
 from heads.model.inference import Inference, resolve
 
 
-def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *,
-                   batch_size: int, inference: Inference | None = None) -> np.ndarray:
+def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *, batch_size: int,
+                   inference: Inference | None = None, batch_tokens: int | None = None) -> np.ndarray:
     """One vector per row: ``mode.layers`` through ``mixer``, then ``pooling`` (cls | mean), on
-    ``inference``'s device and precision (None: the GPU where there is one, fp32)."""
+    ``inference``'s device and precision (None: the GPU where there is one, fp32), ``batch_size`` rows
+    or ``batch_tokens`` tokens a batch."""
     from heads.model.layers import pool
 
     inference = inference or resolve()
@@ -25,7 +26,7 @@ def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *,
     out = np.zeros((len(features), int(encoder.config.hidden_size) * mixer.spec.width), dtype=np.float32)
     pad_id = getattr(encoder.config, "pad_token_id", None) or 0
     for rows, batch in iter_states(vectors, features, pad_token_id=pad_id, batch_size=batch_size,
-                                   inference=inference, what="embedding"):
+                                   inference=inference, what="embedding", batch_tokens=batch_tokens):
         out[rows] = batch
     return out
 

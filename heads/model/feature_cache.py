@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from heads.model.inference import Inference
+from heads.model.inference import Inference, token_batches
 from heads.model.layers import LayerSpec
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
@@ -226,11 +226,13 @@ StatesFn = Callable[..., torch.Tensor]
 
 
 def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size: int, inference: Inference,
-                what: str, extra: tuple[str, ...] = ()) -> Iterator[tuple[list[int], np.ndarray]]:
+                what: str, extra: tuple[str, ...] = (),
+                batch_tokens: int | None = None) -> Iterator[tuple[list[int], np.ndarray]]:
     """Run ``states_fn`` (ids, mask, token types, and the ``extra`` columns by name → a batch-first
-    tensor, e.g. [B, T, K, H]) over ``features`` in length-sorted batches through ``inference``'s one
-    forward (heads/model/inference.py: its device and precision, no grad); yields each batch's row
-    indices and output (float32 numpy). Logs progress."""
+    tensor, e.g. [B, T, K, H]) over ``features`` in length-sorted batches (``batch_size`` rows, or as
+    many as keep rows × padded length within ``batch_tokens``) through ``inference``'s one forward
+    (heads/model/inference.py: its device and precision, no grad); yields each batch's row indices and
+    output (float32 numpy). Logs progress."""
     from tasks.collate import DynamicPaddingCollator
 
     columns = [c for c in ENCODER_INPUTS + tuple(extra) if c in features.column_names]
@@ -240,8 +242,8 @@ def iter_states(states_fn: StatesFn, features, *, pad_token_id: int, batch_size:
     collate = DynamicPaddingCollator(pad_token_id, 8)
     started = last = time.time()
     done = 0
-    for start in range(0, len(order), batch_size):
-        rows = order[start: start + batch_size]
+    for span in token_batches([(1, int(lengths[i])) for i in order], batch_tokens, batch_size, collate.multiple):
+        rows = order[span.start: span.stop]
         batch = collate([inputs[i] for i in rows])
         yield rows, inference.forward(states_fn, batch["input_ids"], batch["attention_mask"],
                                       batch.get("token_type_ids"), **{k: batch[k] for k in extra if k in batch})

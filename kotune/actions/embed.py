@@ -8,7 +8,7 @@ import time
 
 from omegaconf import DictConfig
 
-from heads.model.inference import of as inference_of
+from heads.model.inference import check_batch_tokens, of as inference_of
 from kotune.build import load_encoder_side, resolve_max_length
 from kotune.checkpoint import read_spec
 from kotune.runtime import seed_everything
@@ -43,7 +43,8 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     log(f"embedding {len(texts)} texts: {mixer.describe_mix()}, {pooling} pooling")
     started = time.time()
     on = inference_of(cfg)  # predict.device, predict.precision
-    vectors = pooled_vectors(encoder, mixer, features, pooling, batch_size=int(cfg.train.eval_batch_size), inference=on)
+    vectors = pooled_vectors(encoder, mixer, features, pooling, batch_size=int(cfg.train.eval_batch_size), inference=on,
+                             batch_tokens=check_batch_tokens(cfg.predict.get("batch_tokens")))
     lengths = [len(ids) for ids in features["input_ids"]]
     res = {"n_texts": len(texts), "dim": int(vectors.shape[1]), "encoder": str(source), **mixer.report(),
            "pooling": pooling, "max_length": max_length, "n_truncated": sum(truncated), "inference": on.describe(),

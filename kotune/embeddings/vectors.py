@@ -9,7 +9,7 @@ import time
 import numpy as np
 from omegaconf import DictConfig
 
-from heads.model.inference import Inference, of as inference_of
+from heads.model.inference import Inference, check_batch_tokens, of as inference_of
 from kotune.core.errors import ConfigError
 from kotune.core.files import write_jsonl_atomic
 from kotune.core.log import log
@@ -26,21 +26,24 @@ def check_model(model) -> None:
         raise ConfigError("mode=lora: task=sentence_embedding trains the whole encoder (mode=finetune)")
 
 
-def embed_features(model, features, batch_size: int, on: Inference | None = None) -> tuple[np.ndarray, float]:
+def embed_features(model, features, batch_size: int, on: Inference | None = None,
+                   batch_tokens: int | None = None) -> tuple[np.ndarray, float]:
     """[N, H] vectors of tokenized texts (row i = feature i) and the texts per second, on ``on``'s
-    device and precision (predict.device, predict.precision; None: auto, fp32)."""
+    device and precision (predict.device, predict.precision; None: auto, fp32), ``batch_size`` rows or
+    ``batch_tokens`` tokens (predict.batch_tokens) a batch."""
     from heads.model.embed import pooled_vectors
 
     started = time.time()
     if getattr(model, "runtime", "torch") == "onnxruntime":  # an ONNX export (kotune/embeddings/onnx.py)
-        vectors = onnx_vectors(model, features, batch_size, on)
+        vectors = onnx_vectors(model, features, batch_size, on, batch_tokens)
     else:
         vectors = pooled_vectors(model.encoder, model.mixer, features, model.head.pooling, batch_size=batch_size,
-                                 inference=on)
+                                 inference=on, batch_tokens=batch_tokens)
     return vectors, round(len(features) / max(time.time() - started, 1e-9), 2)
 
 
-def onnx_vectors(model, features, batch_size: int, on: Inference | None = None) -> np.ndarray:
+def onnx_vectors(model, features, batch_size: int, on: Inference | None = None,
+                 batch_tokens: int | None = None) -> np.ndarray:
     """An ONNX export's ``sentence_embedding`` of each row, in the same length-sorted batches (its
     execution provider chosen by ``on``'s device)."""
     import torch
@@ -56,7 +59,8 @@ def onnx_vectors(model, features, batch_size: int, on: Inference | None = None) 
     out: np.ndarray | None = None
     # padding is masked out of every real token's state and of the pooling: any id serves
     for rows, batch in iter_states(run, features, pad_token_id=0,
-                                   batch_size=batch_size, inference=Inference(), what="embedding"):
+                                   batch_size=batch_size, inference=Inference(), what="embedding",
+                                   batch_tokens=batch_tokens):
         if out is None:  # the batch reaches onnxruntime as numpy: the CPU side of its provider
             out = np.zeros((len(features), batch.shape[-1]), dtype=np.float32)
         out[rows] = batch
@@ -104,7 +108,8 @@ def predict(cfg: DictConfig, run_dir: str) -> dict:
         raise ConfigError("action=predict needs checkpoint=RUN_DIR (a directory written by action=train)")
     b = build(cfg, ("predict",), onnx=True)
     examples = b.splits["predict"].examples
-    vectors, rate = embed_features(b.model, b.features["predict"], int(cfg.train.eval_batch_size), inference_of(cfg))
+    vectors, rate = embed_features(b.model, b.features["predict"], int(cfg.train.eval_batch_size), inference_of(cfg),
+                                   check_batch_tokens(cfg.predict.get("batch_tokens")))
     if "text" not in examples[0]:
         raise ConfigError(f"action=predict reads texts (an embedding each) or pairs (their similarity): "
                           f"{b.splits['predict'].where} holds {examples[0]['shape']} rows (action=eval scores them)")
@@ -136,7 +141,8 @@ def embed(cfg: DictConfig, run_dir: str) -> dict:
     check_model(loaded.model)
     features, _, truncated = texts_io.encode_texts(texts, loaded.tokenizer, loaded.max_length, loaded.token_type_ids)
     on = inference_of(cfg)
-    vectors, rate = embed_features(loaded.model, features, int(cfg.train.eval_batch_size), on)
+    vectors, rate = embed_features(loaded.model, features, int(cfg.train.eval_batch_size), on,
+                                   check_batch_tokens(cfg.predict.get("batch_tokens")))
     lengths = [len(ids) for ids in features["input_ids"]]
     log(f"wrote {vectors.shape[0]} × {vectors.shape[1]} embeddings ({loaded.model.describe()}, "
         f"{loaded.model.head.pooling} pooling)")
