@@ -127,7 +127,7 @@ def test_a_secret_is_masked_by_its_key_whatever_it_holds(secret):
 
     # the three forms a setting takes: an override, a parsed config, a storage URL's password
     assert leaks(mask_override(f"serve.api_key={hydra_quoted(secret)}"), [secret]) == []
-    assert leaks(mask_override(f"+hub.token={secret}"), [secret]) == []
+    assert leaks(mask_override(f"+hub.hf_token={secret}"), [secret]) == []
     tree = {"serve": {"api_key": secret, "host": "127.0.0.1"}, "x": {"password": secret}}
     assert mask_tree(tree) == {"serve": {"api_key": "***", "host": "127.0.0.1"}, "x": {"password": "***"}}
     for url in (f"postgresql+psycopg://kotune:{secret}@db.example:5432/optuna",
@@ -140,6 +140,17 @@ def test_a_secret_is_masked_by_its_key_whatever_it_holds(secret):
         for part in re.split(r"[@/:?#]", secret):
             said = f'connection to {url} failed: could not translate host name "{part}" to address'
             assert leaks(mask_credentials(said), [part] if len(part.strip()) >= 5 else []) == []
+
+
+def test_settings_named_like_tokens_but_no_secret_keep_their_values():
+    from kotune.core.redact import mask_override, mask_tree
+
+    config = {"task": {"columns": {"token": 0, "tag": -1}, "head": "token"}, "model": {"tokenizer": {"train": True}},
+              "serve": {"api_key": None}, "special": {"mask_token": "[MASK]"}}
+    assert mask_tree(config) == config
+    assert mask_override("task.columns.token=1") == "task.columns.token=1"
+    assert mask_tree({"serve": {"api_key": 12345}, "hub": {"hf_token": "hf_x"}}) == {"serve": {"api_key": "***"},
+                                                                                     "hub": {"hf_token": "***"}}
 
 
 @pytest.mark.parametrize("url, masked", [
@@ -155,13 +166,13 @@ def test_a_urls_first_query_parameter_is_masked(url, masked):
 
 
 def test_every_file_and_line_of_a_run_hides_every_nasty_secret(tmp_path, cache_dir):
-    """One training run carrying every secret, by key: serve.api_key, a token per secret, a storage
+    """One training run carrying every secret, by key: serve.api_key, a `secret` setting each, a storage
     URL whose password holds '@' and '/'; no file in the run directory and no line printed holds any."""
     run = tmp_path / "run"
     storage = f"postgresql+psycopg://kotune:{NASTY[11]}@db.example:5432/optuna?password={NASTY[3]}"
     args = ["task=text_cls", "data=sample", *TINY, "save_model=false", "hparams_search=text_cls",
             f"hparams_search.storage={hydra_quoted(storage)}", f"serve.api_key={hydra_quoted(NASTY[0])}",
-            *[f"+s{i}.token={hydra_quoted(s)}" for i, s in enumerate(NASTY)],
+            *[f"+s{i}.secret={hydra_quoted(s)}" for i, s in enumerate(NASTY)],
             f"cache_dir={cache_dir}", f"hydra.run.dir={run}"]
     trained = run_cli_here(args)
     assert trained.returncode == 0, trained.stderr[-2000:]
@@ -174,9 +185,9 @@ def test_every_file_and_line_of_a_run_hides_every_nasty_secret(tmp_path, cache_d
     from omegaconf import OmegaConf
 
     saved = OmegaConf.load(run / ".hydra" / "config.yaml")
-    assert saved.serve.api_key == "***" and saved.s3.token == "***" and saved.task.name == "text_cls"
+    assert saved.serve.api_key == "***" and saved.s3.secret == "***" and saved.task.name == "text_cls"
     assert saved.hparams_search.storage == "postgresql+psycopg://kotune:***@db.example:5432/optuna?password=***"
-    assert "+s5.token=***" in OmegaConf.load(run / ".hydra" / "overrides.yaml")
+    assert "+s5.secret=***" in OmegaConf.load(run / ".hydra" / "overrides.yaml")
 
 
 def test_a_storage_that_cannot_be_opened_names_no_piece_of_its_password(tmp_path, cache_dir):

@@ -23,9 +23,10 @@ from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 MASK = "***"
-# a setting whose name says it is a secret (serve.api_key, a token, a password); tokenizer entries
-# (mask_token, pad_token) are not: the last name of the key must be one of these
-SECRET_NAMES = ("api_key", "apikey", "password", "passwd", "pwd", "secret", "token", "access_token", "auth_token",
+# a setting whose name says it is a secret (serve.api_key, a Hub token, a password): the last name of
+# the key must be one of these. A bare `token` is not: task.columns.token is a column's index, and
+# tokenizer entries (mask_token, pad_token) are no secrets either
+SECRET_NAMES = ("api_key", "apikey", "api_token", "password", "passwd", "pwd", "secret", "access_token", "auth_token",
                 "hf_token", "hub_token", "client_secret", "private_key")
 URL_NAMES = ("storage",)  # settings holding a database URL whose password is a secret (hparams_search.storage)
 SECRET_ENV = ("KOTUNE_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # environment variables holding a secret
