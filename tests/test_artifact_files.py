@@ -263,7 +263,31 @@ def test_a_native_export_whose_class_was_changed_is_refused(native, tmp_path):
     line = load_error(export)
     assert line.startswith(f"{export / 'model.safetensors'}: not the weights of RobertaForSequenceClassification "
                            "(config.json's architectures): missing classifier.dense.bias, "), line
-    assert "; unexpected bert.embeddings." in line, line
+
+
+@pytest.mark.parametrize("key,value,what", [
+    ("vocab_size", 4_000_000, "embeddings.word_embeddings.weight is [{vocab}, 128], its config makes it [4000000, 128]"),
+    ("num_hidden_layers", 1000, "missing encoder.layer.10.attention.output.LayerNorm.bias, "),
+])
+def test_an_encoder_config_is_checked_against_its_weights_before_it_is_built(trained, tmp_path, key, value, what):
+    """``vocab_size=4000000`` in encoder/config.json made transformers allocate a 2 GB embedding
+    (``num_hidden_layers=1000``: a thousand layers) before it found the weights did not fit."""
+    ck = copied(trained, tmp_path)
+    edit_json(ck / "model" / "encoder" / "config.json", lambda config: config.update({key: value}))
+    reseal(ck / "model")
+    vocab = json.loads((trained / "model" / "encoder" / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    line = model_error(ck / "model")
+    assert line.startswith(f"{ck / 'model' / 'encoder' / 'model.safetensors'}: not the weights its config.json "
+                           f"describes: {what.format(vocab=vocab)}"), line
+
+
+def test_a_native_export_config_asking_for_more_than_its_weights_is_refused(native, tmp_path):
+    export = copied(native, tmp_path, "hf")
+    edit_json(export / "config.json", lambda config: config.update(num_hidden_layers=1000))
+    reseal(export, "native-export")
+    line = load_error(export)
+    assert line.startswith(f"{export / 'model.safetensors'}: not the weights of BertForSequenceClassification "
+                           "(config.json's architectures): missing bert.encoder.layer.10."), line
 
 
 def test_a_native_export_missing_weights_is_refused(native, tmp_path):

@@ -411,6 +411,36 @@ def check_length(max_length: Any, limit: int, where: str, source: str) -> None:
                             f"({source}: max_position_embeddings)")
 
 
+BUFFERS = ("position_ids", "token_type_ids")  # buffers a config rebuilds, absent from some saves
+LEGACY = {"gamma": "weight", "beta": "bias"}  # LayerNorm names of older saves, which transformers renames on load
+
+
+def check_against_weights(build: Callable[[], Any], folder: str, what: str) -> None:
+    """The module ``build()`` makes (a model from the folder's config), built on torch's ``meta``
+    device (no memory), against the headers of the folder's ``*.safetensors``: every weight it has is
+    in them and of their shape. A config that asks for more layers or a larger vocabulary than the
+    weights hold would otherwise be allocated, then filled at random, before any check."""
+    import torch
+
+    saved, where = {}, {}
+    for entry in sorted(os.listdir(folder)):
+        if entry.endswith(".safetensors"):
+            for key, shape in safetensors_shapes(os.path.join(folder, entry)).items():
+                head, _, last = key.rpartition(".")
+                key = f"{head}.{LEGACY.get(last, last)}" if head else key
+                saved[key], where[key] = shape, os.path.join(folder, entry)
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in build().state_dict().items()}
+    files = ", ".join(sorted(set(where.values()))) or os.path.join(folder, "*.safetensors")
+    missing = sorted(k for k in expected if k not in saved and not k.endswith(BUFFERS))
+    if missing:
+        raise ArtifactError(f"{files}: {what}: missing {', '.join(missing[:3])}"
+                            + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
+    for key, shape in expected.items():
+        if key in saved and saved[key] != shape:
+            raise ArtifactError(f"{where[key]}: {what}: {key} is {list(saved[key])}, its config makes it {list(shape)}")
+
+
 def check_outputs(meta: dict, outputs: list, graph: str, where: str) -> None:
     """An ONNX graph's first output (onnxruntime's ``get_outputs()``) against ``meta.labels``: a
     fixed last axis holds one logit per label (a span head's outputs end in the text's length)."""

@@ -272,7 +272,7 @@ class KotuneModel(nn.Module):
     def load(cls, directory: str) -> "KotuneModel":
         from transformers import AutoConfig, AutoModel
 
-        from heads.model.artifact import ArtifactError, check_sizes, check_weights
+        from heads.model.artifact import ArtifactError, check_against_weights, check_sizes, check_weights
         from heads.model.encoder import no_pooler
 
         spec = cls.spec(directory)
@@ -292,6 +292,8 @@ class KotuneModel(nn.Module):
             try:
                 config = AutoConfig.from_pretrained(encoder_dir)
                 check_sizes(directory, spec, config)  # every size against the weights, before anything is built
+                check_against_weights(lambda: AutoModel.from_config(config, **no_pooler(config)), encoder_dir,
+                                      "not the weights its config.json describes")
                 encoder = AutoModel.from_pretrained(encoder_dir, **no_pooler(config))
             except (OSError, ValueError, TypeError, KeyError, RuntimeError) as e:  # the files', not kotune's
                 raise ArtifactError(f"{encoder_dir}: its config.json and weights do not make an encoder "

@@ -93,17 +93,16 @@ class NativeModel:
         return f"transformers: {type(self.native).__name__}"
 
 
-BUFFERS = ("position_ids", "token_type_ids")  # buffers a config rebuilds, absent from some saves
-
-
 def native_weights(cls, path: str):
     """``cls`` (config.json's architecture) from the export's weights, every weight its own: a key
     missing, unexpected or of another shape (config.json's class changed to another: its weights
     would be random) is one line naming the file and a few keys, as is a file transformers fails on."""
-    from heads.model.artifact import ArtifactError
+    from heads.model.artifact import BUFFERS, ArtifactError, check_against_weights
 
     weights = os.path.join(path, "model.safetensors")
-    try:
+    what = f"not the weights of {cls.__name__} (config.json's architectures)"
+    try:  # its sizes against the weights' headers first: nothing allocated for a config that lies
+        check_against_weights(lambda: cls(cls.config_class.from_pretrained(path)), path, what)
         native, info = cls.from_pretrained(path, output_loading_info=True)
     except (OSError, ValueError, TypeError, KeyError, RuntimeError) as e:  # the files', not kotune's
         raise ArtifactError(f"{path}: its config.json and weights do not make a {cls.__name__} "
@@ -115,8 +114,7 @@ def native_weights(cls, path: str):
     found = [f"{what} {', '.join(sorted(keys)[:3])}" + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
              for what, keys in wrong.items() if keys]
     if found:
-        raise ArtifactError(f"{weights}: not the weights of {cls.__name__} (config.json's architectures): "
-                            + "; ".join(found))
+        raise ArtifactError(f"{weights}: {what}: " + "; ".join(found))
     return native
 
 
