@@ -46,6 +46,15 @@ def test_items_sharing_a_bin_are_averaged_before_the_gap():
     assert [r["count"] for r in reliability_bins([[0.8, 0.2]], [0])][11] == 1
 
 
+def test_ece_weighs_each_bin_by_its_items():
+    # bin 13 holds three items at 0.9 (two right): gap 0.9 − 2/3; bin 8 one at 0.6 (wrong): gap 0.6.
+    # Weighted by count: (3 · 0.2333 + 1 · 0.6) / 4 = 0.325 (a plain mean of the two gaps would be 0.4167)
+    probs, labels = [[0.9, 0.1]] * 3 + [[0.6, 0.4]], [0, 0, 1, 1]
+    assert [r["count"] for r in reliability_bins(probs, labels) if r["count"]] == [1, 3]
+    assert ece(probs, labels) == pytest.approx((3 * (0.9 - 2 / 3) + 0.6) / 4)
+    assert calibration_scores(probs, labels)["ece"] == pytest.approx(0.325)
+
+
 def test_a_perfectly_calibrated_set_has_no_error():
     probs = [[0.75, 0.25]] * 4
     assert ece(probs, [0, 0, 0, 1]) == pytest.approx(0.0)
@@ -69,6 +78,46 @@ def test_platt_recovers_a_known_scaling_per_label():
     targets = torch.bernoulli(torch.sigmoid(z * a + c), generator=g)
     scale, shift = fit_platt(z, targets)
     assert scale == pytest.approx([0.5, 2.0], rel=0.08) and shift == pytest.approx([1.0, -0.5], abs=0.08)
+
+
+def test_the_temperature_is_fitted_on_the_calibrate_slice_and_measured_on_validation(tmp_path):
+    """calibrate() reads the held-out ``calibrate`` slice's logits to fit T (its items counted in
+    held_out_items) and the validation split's only to measure before and after: a trainer whose
+    slice is 2× overconfident and whose validation split is calibrated gives T ≈ 2, not 1."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from conftest import compose
+    from heads.sequence import SequenceHead
+    from kotune.calibration import calibrate
+
+    g = torch.Generator().manual_seed(0)
+
+    def split(n: int, scale: float) -> SimpleNamespace:
+        base = torch.randn(n, 3, generator=g, dtype=torch.float64) * 3
+        labels = torch.distributions.Categorical(logits=base).sample()
+        return SimpleNamespace(predictions=(base * scale).numpy(), label_ids=labels.numpy())
+
+    outputs = {"CAL": split(4000, 2.0), "VAL": split(300, 1.0)}
+    asked = []
+
+    def predict(dataset):
+        asked.append(dataset)
+        return outputs[dataset]
+
+    trainer = SimpleNamespace(compute_metrics=None, predict=predict)
+    b = SimpleNamespace(splits={"calibrate": SimpleNamespace(examples=[{}] * 4000), "validation": SimpleNamespace(examples=[{}] * 300)},
+                        inputs={"calibrate": "CAL", "validation": "VAL"}, task=SimpleNamespace(labels=["a", "b", "c"]),
+                        model=SimpleNamespace(head=SequenceHead(8, 3), meta={}))
+    entry = calibrate(compose(["task=text_cls", "train.calibrate=temperature"]), trainer, b, str(tmp_path))
+    assert sorted(asked) == ["CAL", "VAL"]
+    assert (entry["fit_on"], entry["held_out"], entry["held_out_items"], entry["n_items"]) == ("calibrate", 4000, 4000, 300)
+    expected = fit_temperature(torch.from_numpy(outputs["CAL"].predictions), torch.from_numpy(outputs["CAL"].label_ids))
+    assert entry["temperature"] == pytest.approx(expected) and entry["temperature"] == pytest.approx(2.0, rel=0.1)
+    assert entry["after"]["ece"] == pytest.approx(calibration_scores(
+        softmax(outputs["VAL"].predictions.tolist(), entry["temperature"]), outputs["VAL"].label_ids.tolist())["ece"])
+    assert np.isfinite(entry["before"]["nll"])
 
 
 def test_folding_divides_the_logits_and_keeps_the_argmax():
