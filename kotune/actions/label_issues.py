@@ -20,7 +20,6 @@ Classification, multi-label and token tasks (NER, token_cls: the folds must have
 question with their given and suggested tags); regression tasks (no classes) are refused."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from kotune.core.errors import ConfigError, DataError
-from kotune.core.files import write_jsonl_atomic, write_text_atomic
+from kotune.core.files import csv_text, write_jsonl_atomic, write_text_atomic
 from kotune.core.log import log
 from kotune.reporting.label_issues import FIELDS, find_issues
 from tasks import build_task
@@ -232,13 +231,9 @@ def write_outputs(run_dir: str, rows: list[dict], fields=FIELDS) -> dict[str, st
 
 
 def _csv_text(rows: list[dict], fields=FIELDS) -> str:
-    import io
-
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(fields), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "|".join(map(str, v)) if isinstance(v, list) else ("" if v is None else v) for k, v in row.items()})
-    return buf.getvalue()
+    """The flagged rows as CSV: a list joined with |; a text a spreadsheet would run as a formula
+    (``=HYPERLINK(…)``) neutralised with a leading quote (the JSONL keeps it as it is)."""
+    return csv_text(list(fields), [["|".join(map(str, row[k])) if isinstance(row.get(k), list) else row.get(k)
+                                    for k in fields] for row in rows])
 
 

@@ -1,12 +1,16 @@
-"""Files kotune writes and fingerprints: JSON and JSON-lines written atomically (a temporary file,
+"""Files kotune writes and fingerprints: JSON, JSON-lines and CSV written atomically (a temporary file,
 fsync, rename: a reader sees the old file or the new one), a URL's password masked on the way out,
-and a file's SHA-256 (the data fingerprints results files carry)."""
+a CSV's text cells kept from running as spreadsheet formulas, and a file's SHA-256 (the data
+fingerprints results files carry)."""
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import os
-from typing import Any
+import re
+from typing import Any, Iterable
 
 from kotune.core.redact import mask_credentials, mask_tree
 
@@ -65,3 +69,40 @@ def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+# a spreadsheet reads a cell starting with one of these as a formula (OWASP's CSV injection list: = + - @,
+# a tab, a carriage return; and the full-width forms some spreadsheets take as the same)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell a spreadsheet will not run: text starting with a formula character gets a
+    leading single quote (OWASP: ``=1+3`` → ``'=1+3``); a number, or text that is one (``-0.5``), stays
+    as it is, and so does a lone character (the leaderboard's ``-`` for no mode runs nothing). None
+    is an empty cell."""
+    if value is None:
+        return ""
+    if isinstance(value, (bool, int, float)):
+        return value
+    text = str(value)
+    if len(text) > 1 and text.startswith(FORMULA_STARTS) and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
+def csv_text(header: list[str], rows: Iterable[Iterable[Any]]) -> str:
+    """A CSV (RFC 4180: quoted where needed, '\\r\\n' line ends) with every cell through :func:`csv_cell`.
+    The line end holds both characters so that a text holding a bare '\\r' is quoted too (with '\\n'
+    alone, the csv module writes it bare and a reader breaks the row there)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerow([csv_cell(h) for h in header])
+    writer.writerows([csv_cell(v) for v in row] for row in rows)
+    return buf.getvalue()
+
+
+def write_csv_atomic(path: str, header: list[str], rows: Iterable[Iterable[Any]]) -> None:
+    """:func:`csv_text` written as :func:`write_text_atomic` writes."""
+    write_text_atomic(path, csv_text(header, rows))

@@ -2,10 +2,10 @@
 cross-validation and failed runs) and ``leaderboard.csv``."""
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
+from kotune.core.files import write_csv_atomic
 from kotune.reporting.paper import (LIKE_FOR_LIKE, UNKNOWN_SETUP, paper_setups, paper_value, setup_column,
                                     with_paper)
 from kotune.reporting.runs import missing_folds
@@ -99,18 +99,17 @@ def write_csv(path: Path, runs: list[dict], rows, columns, cells, paper: dict | 
         if setup_column(paper, columns, task, metric):
             head.append(f"{task}.paper_setup")
     head += [f"{t}.failed" for t in tasks]
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(head)
-        for row in rows:
-            out: list[Any] = list(row)
-            for task, metric in columns:
-                mean, std, n = cells[(row, task, metric)]
-                out += ["" if mean is None else round(mean, 4), "" if std is None else round(std, 4), n]
-                if with_paper(paper, task, metric):
-                    ref = paper_value(paper, row, task, metric)
-                    out += ["" if ref is None else ref, "" if ref is None or mean is None else round(mean - ref, 4)]
-                if setup_column(paper, columns, task, metric):
-                    out.append(setups.get((row, task), ""))
-            out += [cells[(row, t, "failed")] for t in tasks]
-            w.writerow(out)
+    table = []
+    for row in rows:
+        out: list[Any] = list(row)
+        for task, metric in columns:
+            mean, std, n = cells[(row, task, metric)]
+            out += ["" if mean is None else round(mean, 4), "" if std is None else round(std, 4), n]
+            if with_paper(paper, task, metric):
+                ref = paper_value(paper, row, task, metric)
+                out += ["" if ref is None else ref, "" if ref is None or mean is None else round(mean - ref, 4)]
+            if setup_column(paper, columns, task, metric):
+                out.append(setups.get((row, task), ""))
+        out += [cells[(row, t, "failed")] for t in tasks]
+        table.append(out)
+    write_csv_atomic(str(path), head, table)  # model names and settings: text a spreadsheet must not run
