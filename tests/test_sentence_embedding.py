@@ -64,6 +64,25 @@ def test_spearman_pearson_recall_and_mrr_equal_sentence_transformers_evaluators(
     assert ours["mrr@10"] == pytest.approx(100 * theirs["cosine_mrr@10"], abs=1e-6)
 
 
+@pytest.mark.parametrize("recall_at", [(1, 5, 10), (1, 5, 20)])
+def test_mrr_at_10_stops_at_rank_10(recall_at):
+    """11 documents at falling cosines to one query: the relevant one at rank 11 scores 0 in MRR@10
+    (recall@20 reads deeper, MRR does not), at rank 10 it scores 1/10, at rank 1 it scores 1."""
+    import math
+
+    from tasks.embedding_metrics import retrieval_scores
+
+    documents = [[math.cos(0.1 * i), math.sin(0.1 * i)] for i in range(11)]  # rank i + 1 for the query [1, 0]
+    query = [[1.0, 0.0]]
+    assert retrieval_scores(query, documents, [{10}], recall_at)["mrr@10"] == 0.0
+    assert retrieval_scores(query, documents, [{9}], recall_at)["mrr@10"] == pytest.approx(10.0)
+    assert retrieval_scores(query, documents, [{0}], recall_at)["mrr@10"] == pytest.approx(100.0)
+    both = retrieval_scores(query * 2, documents, [{10}, {1}], recall_at)
+    assert both["mrr@10"] == pytest.approx(100 * (0 + 1 / 2) / 2)
+    if 20 in recall_at:
+        assert both["recall@20"] == 100.0
+
+
 @pytest.mark.parametrize("layers,pooling", [("last", "cls"), ("last", "mean"), ("last4_mean", "mean"), (2, "mean"),
                                             ("[1,3]", "cls")])
 def test_the_sentence_transformer_pools_as_kotune_does(layers, pooling, tmp_path):
