@@ -69,7 +69,10 @@ def onnx_run_on(model: Any, inference: Inference | None) -> None:
     device, available = inference.device, ort.get_available_providers()
     providers: list = ["CPUExecutionProvider"]
     if device.startswith("cuda") and "CUDAExecutionProvider" in available:
-        providers.insert(0, ("CUDAExecutionProvider", {"device_id": int(device.partition(":")[2] or 0)}))
+        import torch
+
+        index = device.partition(":")[2]  # cuda alone: the current device (a torchrun rank's own)
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": int(index) if index else torch.cuda.current_device()}))
     elif device.startswith("cuda") and inference.explicit:
         raise ConfigError(f"predict.device={device}: this onnxruntime has no CUDAExecutionProvider (it has "
                           f"{', '.join(available)}; install onnxruntime-gpu); use predict.device=cpu or auto")

@@ -45,7 +45,8 @@ def test_auto_is_the_cpu_without_cuda_and_a_missing_cuda_device_is_one_line(monk
     # one GPU visible: cuda is cuda:0, auto picks it, cuda:1 is not there
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert resolve("cuda", "fp32").device == "cuda:0" and resolve("auto", "fp16").device == "cuda:0"
+    assert resolve("cuda", "fp32").device == "cuda" and resolve("auto", "fp16").device == "cuda"  # the current one
+    assert resolve("cuda:0", "fp32").device == "cuda:0"
     with pytest.raises(ConfigError, match=r"^predict.device=cuda:1: 1 CUDA device is visible \(cuda:0\)"):
         resolve("cuda:1", "fp32")
 

@@ -316,7 +316,7 @@ def cached_inputs(model, inputs: dict, identity: dict, settings: CacheSettings, 
                           f"({parts}; {shape[0]} state(s) × {shape[1]} per token, {settings.dtype}); raise "
                           "mode.cache_max_gb, choose fewer layers than scalar_mix, or set mode.cache=false")
 
-    on = Inference("cuda:0" if torch.cuda.is_available() else "cpu")  # training's device; fp32 (settings.dtype is kept)
+    on = Inference("cuda" if torch.cuda.is_available() else "cpu")  # training's device; fp32 (settings.dtype is kept)
     pad_id = getattr(model.encoder.config, "pad_token_id", None) or 0
     out, report = {}, {"dir": settings.root, "dtype": settings.dtype, "states_per_token": shape[0],
                        "splits": {}}

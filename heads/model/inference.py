@@ -74,10 +74,10 @@ def resolve(device: Any = "auto", precision: Any = "fp32") -> Inference:
     name = "auto" if device in (None, "") else str(device).strip().lower()
     cuda = torch.cuda.is_available()
     if name == "auto":
-        name = "cuda:0" if cuda else "cpu"
+        name = "cuda" if cuda else "cpu"  # the current CUDA device: under torchrun, each rank's own
     elif name == "cuda" or name.startswith("cuda:"):
         index = name.partition(":")[2] or "0"
-        if not index.isdigit():
+        if not index.isdigit() or name.endswith(":"):
             raise ConfigError(f"predict.device={device}: expected {DEVICES}")
         if not cuda:
             raise ConfigError(f"predict.device={device}: no CUDA device is visible (torch.cuda.is_available() is "
@@ -86,7 +86,7 @@ def resolve(device: Any = "auto", precision: Any = "fp32") -> Inference:
         if int(index) >= count:
             raise ConfigError(f"predict.device={device}: {count} CUDA device{'s are' if count != 1 else ' is'} "
                               f"visible (cuda:0{f'..cuda:{count - 1}' if count > 1 else ''}); use one of them or auto")
-        name = f"cuda:{int(index)}"
+        name = f"cuda:{int(index)}" if ":" in name else "cuda"
     elif name != "cpu":
         raise ConfigError(f"predict.device={device}: expected {DEVICES}")
     kind = "auto" if precision in (None, "") else str(precision).strip().lower()
