@@ -278,3 +278,19 @@ def test_embed_with_a_token_budget_gives_the_same_vectors(run_job, tmp_path, mon
     assert len(widths) > 3 and all(n * t <= 48 or n == 1 for n, t in widths), widths
     a, b = np.load(whole["embeddings_file"]), np.load(split["embeddings_file"])
     assert a.shape == b.shape == (40, a.shape[1]) and float(np.abs(a - b).max()) <= 1e-5
+
+
+def test_no_module_runs_a_model_for_inference_outside_the_one_forward():
+    """A new inference path cannot forget the device: no module but heads/model/inference.py opens
+    torch.inference_mode, pins the CPU or brings logits back with .float().numpy() itself."""
+    from conftest import ROOT
+
+    found = []
+    for package in ("kotune", "heads", "tasks"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path == ROOT / "heads" / "model" / "inference.py":
+                continue
+            text = path.read_text(encoding="utf-8")
+            found += [f"{path.relative_to(ROOT)}: {needle}" for needle in
+                      ("inference_mode", 'torch.device("cpu")', ".float().numpy()") if needle in text]
+    assert not found, found
