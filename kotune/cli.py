@@ -18,7 +18,7 @@ from kotune.sweeps.naming import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
 from tasks.encode_cache import fingerprint
 from kotune.core.errors import KotuneError
 from kotune.core.files import mask_credentials_in_file, write_text_atomic
-from kotune.core.log import log, run_log, say
+from kotune.core.log import log, mask_console, run_log, say
 from kotune.core.redact import mask_credentials, mask_tree, remember_environment, remember_override, remember_tree
 
 
@@ -164,6 +164,7 @@ def run() -> None:
     for arg in sys.argv[1:]:  # a secret setting on the command line: masked in every line printed from now on
         remember_override(arg)
     remember_environment()
+    mask_console()
     check_choices(sys.argv[1:])
     os.environ.setdefault("KOTUNE_SWEEP_ID", sweep_id(sys.argv[1:]))
     os.environ[SWEPT_ENV] = ",".join(swept_keys(sys.argv[1:]))  # the job directories' names (kotune/sweeps/naming.py)

@@ -201,3 +201,11 @@ def test_a_storage_that_cannot_be_opened_names_no_piece_of_its_password(tmp_path
     assert result.returncode != 0 and "cannot open postgresql+psycopg://u:***@127.0.0.1:1/db" in said, said[-2000:]
     assert leaks(said, ["A@5ecretZ/Pw9Lm"]) == []
     assert [f for f in (tmp_path / "sweep").rglob("*") if f.is_file() and "5ecret" in f.read_text(errors="replace")] == []
+
+
+def test_hydra_quoting_an_override_it_cannot_parse_shows_no_secret(tmp_path):
+    """Hydra's own error line echoes the override it could not parse: the console is masked too."""
+    result = run_cli_here(["task=text_cls", "data=sample", "model=tiny", "serve.api_key=abc'defQm7Rr",
+                           f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.returncode != 0 and "serve.api_key=***" in result.stderr, result.stderr[-2000:]
+    assert leaks(result.stdout + result.stderr, ["abc'defQm7Rr"]) == []

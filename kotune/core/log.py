@@ -15,6 +15,30 @@ logger = logging.getLogger("kotune")
 FORMAT = "[kotune] %(message)s"
 
 
+class _MaskingStream:
+    """A console stream (sys.stdout, sys.stderr) that masks secrets in every write: what no log record
+    carries too, such as Hydra's own error lines quoting an override it could not parse."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(mask_credentials(text) if isinstance(text, str) else text)
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def mask_console() -> None:
+    """sys.stdout and sys.stderr through :class:`_MaskingStream` (once) for the rest of the process:
+    the kotune command does this first, so no line it or a library prints shows a known secret."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _MaskingStream):
+            setattr(sys, name, _MaskingStream(stream))
+
+
 def _masking_record_factory(factory):
     """Every log record of the process (kotune's, Hydra's launcher listing a job's overrides,
     optuna's) with URL passwords masked before any handler formats it."""
