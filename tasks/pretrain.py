@@ -19,7 +19,7 @@ from tasks.embed import read_texts, read_txt_lines
 from kotune.core.errors import ConfigError, DataError
 from kotune.core.log import log
 
-OBJECTIVES = ("mlm", "mlm+nsp")
+OBJECTIVES = ("mlm", "mlm+nsp", "rtd")
 # One text per line: a sentence ends at . ? ! (or …) followed by whitespace.
 SENTENCE_END = re.compile(r"(?<=[.?!…])\s+")
 
@@ -346,9 +346,11 @@ class KeyedRows(torch.utils.data.Dataset):
         return {**self.rows[key[1]], "mask_key": key}
 
 
-def row_seed(seed: int, epoch: int, row: int) -> int:
-    """A 64-bit generator seed from the run's seed, the epoch and the row."""
-    return int.from_bytes(hashlib.blake2b(repr((seed, epoch, row)).encode(), digest_size=8).digest(), "little")
+def row_seed(seed: int, epoch: int, row: int, salt: str = "") -> int:
+    """A 64-bit generator seed from the run's seed, the epoch and the row (``salt``: another stream
+    for the same row, e.g. replaced-token detection's sampling)."""
+    key = (seed, epoch, row, salt) if salt else (seed, epoch, row)
+    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little")
 
 
 class KeyedMasking:
@@ -358,10 +360,12 @@ class KeyedMasking:
     which dataloader workers do not share), so a resumed run masked differently from an
     uninterrupted one. Keyed masks are the same whenever and wherever a row is collated, whatever
     batch it is in (``train.grad_accum=2`` at half the batch size masks as one batch does), and
-    differ across epochs. The rows of a batch are of one length (packed blocks, padded pairs)."""
+    differ across epochs. The rows of a batch are of one length (packed blocks, padded pairs).
+    ``sample_seeds``: each row also carries ``sample_seed``, a 63-bit seed of its own for what the
+    model draws at random (replaced-token detection's sampled tokens), keyed the same way."""
 
-    def __init__(self, collator, seed: int):
-        self.collator, self.seed = collator, seed
+    def __init__(self, collator, seed: int, sample_seeds: bool = False):
+        self.collator, self.seed, self.sample_seeds = collator, seed, sample_seeds
 
     def __call__(self, items: list[dict]) -> dict:
         rows = []
@@ -369,9 +373,12 @@ class KeyedMasking:
             epoch, row = item["mask_key"]
             self.collator.generator = torch.Generator().manual_seed(row_seed(self.seed, epoch, row))
             rows.append(self.collator([{k: v for k, v in item.items() if k != "mask_key"}]))
+            if self.sample_seeds:
+                rows[-1]["sample_seed"] = torch.tensor([row_seed(self.seed, epoch, row, "sample") >> 1])
         return {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
 
 
 def training_collator(tokenizer, p: DictConfig, seed: int) -> KeyedMasking:
-    """``mlm_collator`` with masks keyed on ``seed`` and each batch's place in training."""
-    return KeyedMasking(mlm_collator(tokenizer, p), seed)
+    """``mlm_collator`` with masks keyed on ``seed`` and each batch's place in training (and, for
+    ``pretrain.objective=rtd``, a sampling seed per row)."""
+    return KeyedMasking(mlm_collator(tokenizer, p), seed, sample_seeds=objective(p) == "rtd")

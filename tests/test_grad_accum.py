@@ -1,9 +1,9 @@
 """Gradient accumulation: one effective batch split into micro-batches (``train.grad_accum=k``,
 ``train.batch_size=B/k``) trains as the whole batch at once — the same train_loss, per-step loss,
-gradient norm and gradients — in pretraining (mlm, mlm+nsp) and in fine-tuning (sequence, token,
+gradient norm and gradients — in pretraining (mlm, mlm+nsp, rtd) and in fine-tuning (sequence, token,
 span and dependency heads), the last, partial accumulation of an epoch included. The loss of a
 step is the mean over the effective batch's labelled items (rows, labelled tokens, masked tokens,
-pairs), as one big batch gives it. Tiny sizes, no dropout (it would draw differently per split)."""
+pairs; rtd: masked and real tokens, each row's replacements drawn from its own seed), as one big batch gives it. Tiny sizes, no dropout (it would draw differently per split)."""
 from __future__ import annotations
 
 import pytest
@@ -11,6 +11,7 @@ import torch
 from transformers import TrainerCallback
 
 import kotune.actions.pretrain
+import kotune.rtd_trainer
 import kotune.trainer
 from test_pretrain import TINY, corpus, documents_corpus
 
@@ -47,6 +48,7 @@ def recorded(monkeypatch) -> list:
 
     monkeypatch.setattr(kotune.trainer, "KotuneTrainer", recording(kotune.trainer.KotuneTrainer))
     monkeypatch.setattr(kotune.actions.pretrain, "PretrainingTrainer", recording(kotune.trainer.PretrainingTrainer))
+    monkeypatch.setattr(kotune.actions.pretrain, "RTDTrainer", recording(kotune.rtd_trainer.RTDTrainer))
     return trainers
 
 
@@ -80,10 +82,11 @@ def assert_trains_as_one_batch(run_job, recorded, overrides: list[str], accums=(
     return rows
 
 
-@pytest.mark.parametrize("objective", ["mlm", "mlm+nsp"])
+@pytest.mark.parametrize("objective", ["mlm", "mlm+nsp", "rtd"])
 def test_pretraining_in_micro_batches_trains_as_one_batch(objective, tmp_path, run_job, recorded):
-    text = corpus(tmp_path) if objective == "mlm" else documents_corpus(tmp_path)
-    overrides = TINY + [f"data.train_file={text}", f"pretrain.objective={objective}", "train.epochs=1",
+    text = documents_corpus(tmp_path) if objective == "mlm+nsp" else corpus(tmp_path)
+    electra = ["model.architecture=electra"] if objective == "rtd" else []
+    overrides = TINY + electra + [f"data.train_file={text}", f"pretrain.objective={objective}", "train.epochs=1",
                         "pretrain.max_eval_blocks=2"]
     assert_trains_as_one_batch(run_job, recorded, overrides, accums=(2, 4))
 

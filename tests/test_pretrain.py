@@ -524,21 +524,22 @@ def test_bad_input_is_one_line_naming_the_file(case, tmp_path, run_job):
     assert "\n" not in res["error"] and "traceback" not in res
 
 
-@pytest.mark.parametrize("objective", ["mlm", "mlm+nsp"])
+@pytest.mark.parametrize("objective", ["mlm", "mlm+nsp", "rtd"])
 def test_resumed_pretraining_repeats_the_uninterrupted_steps(objective, tmp_path, run_job, monkeypatch):
     """Stopped after a checkpoint in the second epoch and run again: every step's loss and the
     train loss equal an uninterrupted run's (masks keyed on the batch, not the global RNG)."""
     import heads.model.mlm
 
     text = corpus(tmp_path) if objective == "mlm" else documents_corpus(tmp_path)
-    args = TINY + [f"data.train_file={text}", f"pretrain.objective={objective}", "save_model=false", "train.batch_size=64",
+    electra = ["model.architecture=electra"] if objective == "rtd" else []  # rtd: ELECTRA's generator and discriminator
+    args = TINY + electra + [f"data.train_file={text}", f"pretrain.objective={objective}", "save_model=false", "train.batch_size=64",
                    "train.max_steps=14", "train.save_strategy=steps", "train.save_steps=3", "train.logging_steps=1"]
     whole = run_job(args, "whole")
     assert whole["status"] == "ok", whole.get("error")
     original = heads.model.mlm.held_out_curve
 
-    def stop_at_step_9(batches, every, curve):  # an interruption right after checkpoint-9
-        callback = original(batches, every, curve)
+    def stop_at_step_9(batches, every, curve, metrics=None):  # an interruption right after checkpoint-9
+        callback = original(batches, every, curve, metrics)
         step_end = callback.on_step_end
 
         def on_step_end(args, state, control, **kwargs):

@@ -110,6 +110,36 @@ def mimetic_scales(alpha, beta) -> tuple[tuple[float, float], tuple[float, float
     return scales[0], scales[1]
 
 
+def checked_init(model_cfg: DictConfig, position_init: str, attention_init: str) -> str:
+    """``model.init`` (pretrained | random), with ``pretrain.position_init`` and ``attention_init`` checked."""
+    init = model_cfg.get("init", "pretrained")
+    if init not in ("pretrained", "random"):
+        raise ConfigError(f"model.init must be pretrained or random, got '{init}'")
+    if position_init not in ("random", "sinusoidal"):
+        raise ConfigError(f"pretrain.position_init={position_init}: must be random or sinusoidal")
+    if attention_init not in ATTENTION_INITS:
+        raise ConfigError(f"pretrain.attention_init={attention_init}: must be one of {', '.join(ATTENTION_INITS)}")
+    return init
+
+
+def random_init(model: torch.nn.Module, position_init: str, attention_init: str,
+                alpha: tuple[float, float], beta: tuple[float, float]) -> None:
+    """A from-scratch model's position table and attention weights as ``pretrain.position_init`` and
+    ``attention_init`` ask (random: the library's init, left as it is)."""
+    if position_init == "sinusoidal":
+        sinusoidal_positions(model)
+    if attention_init == "tied_qk":
+        tied_qk_attention(model)
+    elif attention_init == "mimetic":
+        mimetic_attention(model, alpha, beta)
+
+
+def warn_inits_ignored(model_cfg: DictConfig, position_init: str, attention_init: str) -> None:
+    for key, value in (("position_init", position_init), ("attention_init", attention_init)):
+        if value != "random":
+            warn(f"pretrain.{key}={value} ignored: {model_cfg.name_or_path} brings its own weights")
+
+
 def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
                    position_init: str = "random", attention_init: str = "random", objective: str = "mlm",
                    mimetic_alpha=None, mimetic_beta=None) -> torch.nn.Module:
@@ -119,13 +149,7 @@ def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
     ``mimetic_beta``: [query-key, value-output], None: ``MIMETIC_ALPHA`` / ``MIMETIC_BETA``)."""
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
-    init = model_cfg.get("init", "pretrained")
-    if init not in ("pretrained", "random"):
-        raise ConfigError(f"model.init must be pretrained or random, got '{init}'")
-    if position_init not in ("random", "sinusoidal"):
-        raise ConfigError(f"pretrain.position_init={position_init}: must be random or sinusoidal")
-    if attention_init not in ATTENTION_INITS:
-        raise ConfigError(f"pretrain.attention_init={attention_init}: must be one of {', '.join(ATTENTION_INITS)}")
+    init = checked_init(model_cfg, position_init, attention_init)
     alpha, beta = mimetic_scales(mimetic_alpha, mimetic_beta)
     config = build_config(model_cfg, vocab_size)
     if objective == "mlm+nsp" and config.model_type != "bert":
@@ -135,16 +159,9 @@ def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
     if init == "random":
         torch.manual_seed(seed)
         model = auto.from_config(config)
-        if position_init == "sinusoidal":
-            sinusoidal_positions(model)
-        if attention_init == "tied_qk":
-            tied_qk_attention(model)
-        elif attention_init == "mimetic":
-            mimetic_attention(model, alpha, beta)
+        random_init(model, position_init, attention_init, alpha, beta)
         return model
-    for key, value in (("position_init", position_init), ("attention_init", attention_init)):
-        if value != "random":
-            warn(f"pretrain.{key}={value} ignored: {model_cfg.name_or_path} brings its own weights")
+    warn_inits_ignored(model_cfg, position_init, attention_init)
     model, info = _from_hub_or_cache(auto, model_cfg.name_or_path, config=config,
                                      dtype=torch.float32, revision=model_cfg.get("revision"),
                                      output_loading_info=True)
@@ -261,15 +278,18 @@ def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
             "mlm_loss": loss, "n_masked": count, **nsp}
 
 
-def held_out_curve(batches: list[dict], every: int, curve: list[dict]):
+def held_out_curve(batches: list[dict], every: int, curve: list[dict], metrics=None):
     """A Trainer callback that scores ``batches`` every ``every`` optimizer steps into ``curve``
-    (the learning curve of results.json: is the held-out accuracy still climbing?)."""
+    (the learning curve of results.json: is the held-out accuracy still climbing?). ``metrics``: a
+    function of (model, batches) with ``mlm_accuracy`` and ``mlm_loss`` among its keys (default
+    ``mlm_metrics``; replaced-token detection: ``heads.model.rtd.rtd_metrics``)."""
+    metrics = metrics or mlm_metrics
     from transformers import TrainerCallback
 
     class HeldOutCurve(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if every > 0 and state.global_step % every == 0 and state.is_world_process_zero:
-                point = {"step": state.global_step, **mlm_metrics(model, batches)}
+                point = {"step": state.global_step, **metrics(model, batches)}
                 curve.append(point)
                 log(f"step {point['step']}: held-out masked-token accuracy {point['mlm_accuracy']:.2f} %, "
                     f"loss {point['mlm_loss']:.3f}")

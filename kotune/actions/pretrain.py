@@ -1,7 +1,9 @@
 """``action=pretrain``: masked-LM pretraining (random init, a tokenizer trained on the text) or
 continued pretraining of a checkpoint with its own MLM head: packed blocks (tasks/pretrain.py), the
 library's MLM collator, Trainer; held-out masked-token accuracy and perplexity with one fixed
-masking before and after training; ``model/`` is a standard Hugging Face directory."""
+masking before and after training; ``model/`` is a standard Hugging Face directory.
+``pretrain.objective=rtd``: ELECTRA's replaced-token detection (heads/model/rtd.py); ``model/`` is
+the discriminator alone (``ElectraForPreTraining``), ``generator/`` beside it its generator."""
 from __future__ import annotations
 
 import copy
@@ -12,6 +14,7 @@ from omegaconf import DictConfig
 from kotune.build import resolve_max_length, warn_unknown_hangul
 from kotune.resume import resume_identity, train_resumable
 from kotune.runtime import local_rank_zero_first
+from kotune.rtd_trainer import RTDTrainer
 from kotune.trainer import PretrainingTrainer
 from kotune.training_args import tensorboard_dir, training_arguments
 from tasks import pretrain
@@ -27,9 +30,21 @@ def tokens_per_second(epoch_tokens: int, train_metrics: dict, steps: int, resume
     return epoch_tokens * float(train_metrics.get("epoch") or 0) * here / runtime
 
 
+def described(metrics: dict) -> str:
+    """The held-out scores as a log line: the masked-token accuracy and perplexity (RTD: the
+    generator's) and, for RTD, the discriminator's accuracy against always answering "original"."""
+    line = f"masked-token accuracy {metrics['mlm_accuracy']:.2f} %, perplexity {metrics['perplexity']:.1f}"
+    if "rtd_accuracy" in metrics:
+        line = (f"replaced-token detection accuracy {metrics['rtd_accuracy']:.2f} % (all 'original': "
+                f"{metrics.get('rtd_all_original_accuracy', float('nan')):.2f} %), loss {metrics['rtd_loss']:.3f}; "
+                f"generator's {line}")
+    return line
+
+
 def run(cfg: DictConfig, run_dir: str) -> dict:
     from heads.model.encoder import load_tokenizer
     from heads.model.mlm import held_out_curve, load_mlm_model, mlm_metrics
+    from heads.model.rtd import load_rtd_model, rtd_metrics
 
     p, seed = cfg.pretrain, int(cfg.train.seed)
     objective = pretrain.objective(p)
@@ -41,9 +56,12 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         tokenizer = load_tokenizer(cfg.model, texts=text["train"].lines, cache_dir=cfg.cache_dir)
         pretrain.check_vocabulary(tokenizer, cfg.model, text["train"].source)
         warn_unknown_hangul(tokenizer, text["train"].lines)
-        model = load_mlm_model(cfg.model, len(tokenizer), seed, p.get("position_init") or "random",
-                               p.get("attention_init") or "random", objective,
-                               p.get("mimetic_alpha"), p.get("mimetic_beta"))
+        if objective == "rtd":
+            model = load_rtd_model(cfg.model, len(tokenizer), seed, p)
+        else:
+            model = load_mlm_model(cfg.model, len(tokenizer), seed, p.get("position_init") or "random",
+                                   p.get("attention_init") or "random", objective,
+                                   p.get("mimetic_alpha"), p.get("mimetic_beta"))
         max_length = resolve_max_length(int(cfg.train.max_length), model.config)
         if cfg.train.get("batch_tokens"):  # every packed block is max_length tokens long: the budget is rows
             cfg.train.batch_size = max(1, int(cfg.train.batch_tokens) // max_length)
@@ -53,23 +71,25 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     eval_rows = pretrain.model_rows(blocks["validation"], whole)[: p.get("max_eval_blocks") or None]
     held_out = pretrain.masked_batches(eval_rows, pretrain.mlm_collator(tokenizer, p, seed=int(p.eval_seed)),
                                        int(cfg.train.eval_batch_size))
-    initial = mlm_metrics(model, held_out)
-    log(f"before: masked-token accuracy {initial['mlm_accuracy']:.2f} %, perplexity {initial['perplexity']:.1f}")
+    rtd = objective == "rtd"
+    score = (lambda m, batches: rtd_metrics(m, batches, int(p.eval_seed))) if rtd else mlm_metrics
+    initial = score(model, held_out)
+    log(f"before: {described(initial)}")
     curve = [{"step": 0, **initial}]
-    trainer = PretrainingTrainer(
+    trainer = (RTDTrainer if rtd else PretrainingTrainer)(
         model=model, args=training_arguments(cfg, run_dir, ["labels"], do_eval=False),
         train_dataset=pretrain.KeyedRows(pretrain.model_rows(blocks["train"], whole)),
         data_collator=pretrain.training_collator(tokenizer, p, seed),
-        callbacks=[held_out_curve(held_out, int(p.get("eval_every") or 0), curve)],
+        callbacks=[held_out_curve(held_out, int(p.get("eval_every") or 0), curve, score)],
         resume_config=resume_identity(cfg), tensorboard_dir=tensorboard_dir(cfg, run_dir))
     log(f"pretraining: {len(blocks['train'])} blocks of {max_length} tokens, "
         f"{sum(x.numel() for x in model.parameters()):,} parameters")
     train_metrics, loss, resumed_from = train_resumable(trainer, cfg, run_dir)
-    metrics = mlm_metrics(trainer.model, held_out)
-    log(f"after: masked-token accuracy {metrics['mlm_accuracy']:.2f} %, perplexity {metrics['perplexity']:.1f}")
+    metrics = score(trainer.model, held_out)
+    log(f"after: {described(metrics)}")
     runtime = train_metrics.get("train_runtime") or float("nan")
     real_tokens = sum(sum(r["attention_mask"]) for r in blocks["train"])
-    res = {"task": "pretrain", "main_metric": "mlm_accuracy", "objective": objective, "max_length": max_length,
+    res = {"task": "pretrain", "main_metric": "rtd_accuracy" if rtd else "mlm_accuracy", "objective": objective, "max_length": max_length,
            "vocab_size": len(tokenizer), "n_train_lines": len(text["train"].lines),
            "n_eval_lines": len(text["validation"].lines), "n_train_blocks": len(blocks["train"]),
            "n_eval_blocks": len(eval_rows), "padding_efficiency": pretrain.padding_efficiency(blocks["train"]),
@@ -81,8 +101,13 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
            "data": {s: t.source for s, t in text.items()}}
     if trainer.is_world_process_zero() and cfg.save_model:
         out = os.path.join(run_dir, "model")
-        with written_whole(out, "pretrained-encoder") as staging:  # whole or not at all, as kotune's models
-            trainer.model.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
+        saved = {out: trainer.model.discriminator, os.path.join(run_dir, "generator"): trainer.model.generator} \
+            if rtd else {out: trainer.model}
+        for folder, part in saved.items():
+            with written_whole(folder, "pretrained-encoder") as staging:  # whole or not at all, as kotune's models
+                part.save_pretrained(staging)
+                tokenizer.save_pretrained(staging)
         res["model_dir"] = os.path.abspath(out)
+        if rtd:
+            res["generator_dir"] = os.path.abspath(os.path.join(run_dir, "generator"))
     return res

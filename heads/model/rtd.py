@@ -1,0 +1,213 @@
+"""ELECTRA's replaced-token detection (Clark et al., ICLR 2020), ``pretrain.objective=rtd``: a
+small generator (an ``ElectraForMaskedLM``) fills the masked positions with tokens sampled from
+its softmax (no gradient through the sampling), and the discriminator (an
+``ElectraForPreTraining``, the model being pretrained) learns at every real position whether its
+token was replaced. Loss = the generator's MLM mean over the masked tokens + λ · the
+discriminator's binary cross-entropy mean over the real (non-padding) tokens. The generator and
+the discriminator share their embeddings (token, position, type), as in the paper; a generator
+narrower than its embeddings gets ``ElectraModel``'s ``embeddings_project``."""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+
+from heads.loss import cross_entropy_sum, labelled, mean_of_terms
+from heads.model.encoder import _from_hub_or_cache, build_config
+from heads.model.mlm import (MASKED_LM_HEADS, checked_init, mimetic_scales, mlm_metrics, random_init,
+                             warn_inits_ignored)
+from tasks.base import IGNORE
+from kotune.core.errors import ConfigError
+from kotune.core.log import warn
+
+RTD_WEIGHT = 50.0  # λ, the paper's
+GENERATOR_SIZE = 0.25  # the generator's width over the discriminator's: the paper's 1/4 – 1/3 rule
+
+
+def generator_config(config, size: float):
+    """The generator's config from the discriminator's: hidden, intermediate and heads scaled by
+    ``size`` (the paper's generators keep the depth and shrink the width), the same embeddings
+    (size, vocabulary, positions) so that the two can share them."""
+    if not 0.0 < size <= 1.0:
+        raise ConfigError(f"pretrain.generator_size={size}: must be in (0, 1] (the generator's width "
+                          "over the discriminator's; ELECTRA's rule is 1/4 to 1/3)")
+    generator = config.__class__.from_dict(config.to_dict())
+    heads = max(1, round(config.num_attention_heads * size))
+    generator.num_attention_heads = heads
+    generator.hidden_size = max(heads, round(config.hidden_size * size / heads) * heads)
+    generator.intermediate_size = max(1, round(config.intermediate_size * size))
+    return generator
+
+
+def share_embeddings(discriminator: torch.nn.Module, generator: torch.nn.Module) -> None:
+    """The generator reads (and its output layer projects onto) the discriminator's embedding
+    module itself: one set of weights, trained by both losses."""
+    generator.electra.embeddings = discriminator.electra.embeddings
+    generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
+
+
+class ReplacedTokenDetection(torch.nn.Module):
+    """The discriminator and its generator as one module for Trainer: ``forward`` takes a masked
+    batch (``input_ids`` with the masked tokens, ``labels`` the originals there, IGNORE elsewhere)
+    and returns the loss; ``loss_counts`` (masked tokens, real tokens of the whole optimizer
+    step: heads/loss.py's ``mean_of_terms``) make a step's loss the same whatever its split into
+    micro-batches and processes."""
+
+    def __init__(self, discriminator: torch.nn.Module, generator: torch.nn.Module, rtd_weight: float = RTD_WEIGHT):
+        super().__init__()
+        if not rtd_weight > 0:
+            raise ConfigError(f"pretrain.rtd_weight={rtd_weight}: must be > 0 (the paper's λ is 50)")
+        self.discriminator, self.generator, self.rtd_weight = discriminator, generator, float(rtd_weight)
+        share_embeddings(discriminator, generator)
+        self.config = discriminator.config  # what Trainer reads of a model
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, loss_counts: torch.Tensor | None = None,
+                sample_seed: torch.Tensor | None = None, sampler: torch.Generator | None = None) -> dict:
+        """``loss`` and what it was computed from: ``generator_logits`` and ``gold`` (the masked
+        positions, row-major), ``sampled`` (the generator's tokens there), ``replaced`` [batch, length]
+        (1 where the discriminator's input differs from the original: a sampled original counts as
+        original, as in the paper), ``discriminator_logits`` [batch, length], ``real`` (the positions
+        scored). ``sample_seed`` [batch]: each row's tokens drawn from a generator of its own seed
+        (training: keyed on the row's place, tasks/pretrain.py's ``KeyedMasking``, so a row is
+        sampled alike in any batch, micro-batch, process or resumed run); else from ``sampler`` (the
+        held-out scoring's), else from torch's global RNG."""
+        chosen = labels != IGNORE
+        hidden = self.generator.electra(input_ids, attention_mask=attention_mask,
+                                        token_type_ids=token_type_ids).last_hidden_state
+        logits = MASKED_LM_HEADS["electra"](self.generator, hidden[chosen])
+        gold = labels[chosen]
+        with torch.no_grad():  # ELECTRA stops the gradient at the sampling
+            probabilities = torch.softmax(logits.detach().float(), -1)
+            sampled = sample(probabilities, chosen.sum(1), sample_seed, sampler) if len(gold) else gold
+            original = torch.where(chosen, labels, input_ids)
+            corrupted = original.masked_scatter(chosen, sampled)
+            replaced = corrupted != original
+        scores = self.discriminator(corrupted, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+        real = torch.ones_like(chosen) if attention_mask is None else attention_mask.bool()
+        sums = [cross_entropy_sum(logits, gold),
+                self.rtd_weight * F.binary_cross_entropy_with_logits(scores[real].float(), replaced[real].float(),
+                                                                     reduction="sum")]
+        counts = rtd_counts({"labels": labels, "attention_mask": attention_mask}) if loss_counts is None else loss_counts
+        return {"loss": mean_of_terms(sums, counts), "generator_logits": logits, "gold": gold, "sampled": sampled,
+                "replaced": replaced, "discriminator_logits": scores, "real": real}
+
+    def trained_state_dict(self) -> dict[str, torch.Tensor]:
+        """The state dict with each shared tensor once (the discriminator's name kept): what a
+        checkpoint holds (safetensors refuses shared tensors); loading it restores both sides."""
+        kept, seen = {}, set()
+        for key, tensor in self.state_dict().items():
+            if tensor.numel() and tensor.data_ptr() in seen:
+                continue
+            seen.add(tensor.data_ptr())
+            kept[key] = tensor
+        return kept
+
+
+def sample(probabilities: torch.Tensor, per_row: torch.Tensor, seeds: torch.Tensor | None,
+           sampler: torch.Generator | None) -> torch.Tensor:
+    """One token per masked position from ``probabilities`` [masked, vocab] (row-major, ``per_row``
+    of them in each row): with ``seeds``, each row's from a generator seeded with its seed."""
+    if seeds is None:
+        return torch.multinomial(probabilities, 1, generator=sampler).squeeze(-1)
+    drawn = []
+    for rows, seed in zip(probabilities.split(per_row.tolist()), seeds.tolist()):
+        if len(rows):
+            generator = torch.Generator(device=rows.device).manual_seed(int(seed))
+            drawn.append(torch.multinomial(rows, 1, generator=generator).squeeze(-1))
+    return torch.cat(drawn)
+
+
+def rtd_counts(batch: dict) -> torch.Tensor:
+    """The items each term of the RTD loss is a mean over: the masked tokens (generator), the real
+    tokens (discriminator)."""
+    mask = batch.get("attention_mask")
+    real = mask.sum() if mask is not None else torch.tensor(batch["labels"].numel())
+    return torch.stack([labelled(batch["labels"]), real.to(batch["labels"].device)])
+
+
+def load_rtd_model(model_cfg: DictConfig, vocab_size: int | None, seed: int, p: DictConfig) -> ReplacedTokenDetection:
+    """The discriminator (``ElectraForPreTraining``: from a checkpoint, its own
+    ``discriminator_predictions`` reused; or from its config with random weights, ``pretrain``'s
+    position and attention inits applied) and the generator (``pretrain.generator``: a saved
+    ``ElectraForMaskedLM`` directory; else a fresh one ``pretrain.generator_size`` as wide). Any
+    other architecture is refused."""
+    from transformers import ElectraForMaskedLM, ElectraForPreTraining
+
+    position_init, attention_init = p.get("position_init") or "random", p.get("attention_init") or "random"
+    init = checked_init(model_cfg, position_init, attention_init)
+    alpha, beta = mimetic_scales(p.get("mimetic_alpha"), p.get("mimetic_beta"))
+    config = build_config(model_cfg, vocab_size)
+    if config.model_type != "electra":
+        raise ConfigError(f"pretrain.objective=rtd needs an ELECTRA model: model {model_cfg.name} is "
+                          f"{config.model_type} (model=koelectra or kr-electra, or model.architecture=electra "
+                          "with model.init=random for a from-scratch one)")
+    size = float(p.get("generator_size") or GENERATOR_SIZE)
+    weight = float(p.get("rtd_weight") if p.get("rtd_weight") is not None else RTD_WEIGHT)
+    if init == "random":
+        torch.manual_seed(seed)
+        discriminator = ElectraForPreTraining(config)
+        random_init(discriminator, position_init, attention_init, alpha, beta)
+    else:
+        warn_inits_ignored(model_cfg, position_init, attention_init)
+        discriminator, info = _from_hub_or_cache(ElectraForPreTraining, model_cfg.name_or_path, config=config,
+                                                 dtype=torch.float32, revision=model_cfg.get("revision"),
+                                                 output_loading_info=True)
+        fresh = [k for k in info.get("missing_keys", ()) if not k.startswith("electra.")]
+        if fresh:
+            warn(f"{model_cfg.name_or_path} has no replaced-token detection head ({len(fresh)} tensors missing, "
+                 f"e.g. {sorted(fresh)[0]}): the head starts fresh (random init)")
+        torch.manual_seed(seed)
+    generator = saved_generator(p.get("generator"), config) if p.get("generator") else None
+    if generator is None:
+        generator = ElectraForMaskedLM(generator_config(config, size))
+        random_init(generator, "random", attention_init if init == "random" else "random", alpha, beta)
+    return ReplacedTokenDetection(discriminator, generator, weight)
+
+
+def saved_generator(path: str, config) -> torch.nn.Module:
+    """``pretrain.generator``: a saved ``ElectraForMaskedLM`` (an earlier run's ``generator/``), its
+    vocabulary and embedding size checked against the discriminator's (its embeddings are replaced
+    by the discriminator's: they are shared)."""
+    from transformers import AutoConfig, ElectraForMaskedLM
+
+    where = os.path.expanduser(str(path))
+    if not os.path.isfile(os.path.join(where, "config.json")):
+        raise ConfigError(f"pretrain.generator={path}: no config.json there (a generator/ folder that "
+                          "action=pretrain pretrain.objective=rtd saved)")
+    saved = AutoConfig.from_pretrained(where)
+    for key in ("model_type", "vocab_size", "embedding_size"):
+        if getattr(saved, key, None) != getattr(config, key, None):
+            raise ConfigError(f"pretrain.generator={path}: its {key} is {getattr(saved, key, None)}, the "
+                              f"discriminator's {getattr(config, key, None)} (the two share their embeddings)")
+    return ElectraForMaskedLM.from_pretrained(where, config=saved, dtype=torch.float32, use_safetensors=True)
+
+
+@torch.no_grad()
+def rtd_metrics(model: ReplacedTokenDetection, batches: list[dict], seed: int = 0) -> dict:
+    """The generator's masked-token accuracy and perplexity (``mlm_metrics``) and the
+    discriminator's replaced-token detection on ``batches`` (masked with a fixed seed), the
+    replacements sampled with ``seed``: accuracy (%) and mean binary cross-entropy over the real
+    tokens, the replaced share, and what always answering "original" scores."""
+    metrics = mlm_metrics(model.generator, batches)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    sampler = torch.Generator(device=device).manual_seed(seed)
+    loss, correct, replaced, tokens = 0.0, 0, 0, 0
+    for batch in batches:
+        batch = {k: v.to(device) for k, v in batch.items()}
+        out = model(**batch, sampler=sampler)
+        scores, gold = out["discriminator_logits"][out["real"]].float(), out["replaced"][out["real"]]
+        loss += float(F.binary_cross_entropy_with_logits(scores, gold.float(), reduction="sum"))
+        correct += int(((scores > 0) == gold).sum())
+        replaced += int(gold.sum())
+        tokens += len(gold)
+    model.train(was_training)
+    if not tokens:
+        return {**metrics, "rtd_accuracy": float("nan"), "rtd_loss": float("nan"), "n_tokens": 0}
+    return {**metrics, "rtd_accuracy": 100.0 * correct / tokens, "rtd_loss": loss / tokens,
+            "replaced_share": 100.0 * replaced / tokens, "rtd_all_original_accuracy": 100.0 * (1 - replaced / tokens),
+            "n_tokens": tokens}

@@ -1,0 +1,183 @@
+"""action=pretrain pretrain.objective=rtd (ELECTRA's replaced-token detection): the loss against a
+hand-written reference built from transformers' own ElectraForMaskedLM / ElectraForPreTraining
+losses, which positions count as replaced, the shared embeddings and the stopped gradient, the
+saved discriminator as transformers loads it, the refusals (exact resume and gradient accumulation:
+tests/test_pretrain.py's and tests/test_grad_accum.py's tests, parametrized with rtd)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from tasks.base import IGNORE
+from test_pretrain import TINY, blocks, corpus, tokenizer  # noqa: F401 (fixtures)
+from tasks import pretrain
+
+ELECTRA = ["model.architecture=electra", "pretrain.objective=rtd"]
+
+
+def model_cfg(**overrides):
+    return OmegaConf.create({"name": "tiny", "init": "random", "architecture": "electra", "name_or_path": None,
+                             "tokenizer": {}, "config_overrides": {
+                                 "hidden_size": 32, "embedding_size": 32, "num_hidden_layers": 1,
+                                 "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 40,
+                                 **overrides}})
+
+
+def rtd_settings(**kw):
+    return OmegaConf.create({"objective": "rtd", "mlm_probability": 0.15, "whole_word": False, "rtd_weight": 50,
+                             "generator_size": 0.25, "generator": None, **kw})
+
+
+def masked(tokenizer, rows, seed: int = 0) -> dict:  # noqa: F811
+    collator = pretrain.mlm_collator(tokenizer, rtd_settings(), seed=seed)
+    batch = collator(pretrain.model_rows(rows, False))
+    batch["attention_mask"][-1, -5:] = 0  # some padding: the discriminator must not score it
+    return batch
+
+
+def test_rtd_loss_equals_the_libraries_generator_and_discriminator_losses(tokenizer, blocks):  # noqa: F811
+    from transformers import ElectraForMaskedLM, ElectraForPreTraining
+
+    from heads.model.rtd import load_rtd_model
+
+    model = load_rtd_model(model_cfg(), len(tokenizer), 0, rtd_settings(rtd_weight=7.0))
+    model.eval()  # no dropout: the reference reruns both models
+    batch = masked(tokenizer, blocks[:4])
+    out = model(**batch, sampler=torch.Generator().manual_seed(3))
+    gen, disc = model.generator, model.discriminator
+    assert isinstance(gen, ElectraForMaskedLM) and isinstance(disc, ElectraForPreTraining)
+    # the generator: the library's own masked-LM loss (mean over the masked tokens) on the same input
+    generator_loss = gen(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                         labels=batch["labels"]).loss
+    chosen = batch["labels"] != IGNORE
+    full_logits = gen(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    assert torch.allclose(out["generator_logits"], full_logits[chosen], atol=1e-5)
+    # the sampling: the softmax of those logits, drawn with the same generator
+    probabilities = torch.softmax(full_logits[chosen].float(), -1)
+    expected = torch.multinomial(probabilities, 1, generator=torch.Generator().manual_seed(3)).squeeze(-1)
+    assert torch.equal(out["sampled"], expected)
+    corrupted = batch["input_ids"].clone()
+    corrupted[chosen] = expected
+    original = torch.where(chosen, batch["labels"], batch["input_ids"])
+    # the discriminator: the library's own loss (BCE mean over attention_mask's positions)
+    discriminator_loss = disc(input_ids=corrupted, attention_mask=batch["attention_mask"],
+                              labels=(corrupted != original).long()).loss
+    reference = generator_loss + 7.0 * discriminator_loss
+    assert out["loss"].item() == pytest.approx(reference.item(), rel=1e-5)
+    assert int(out["real"].sum()) == int(batch["attention_mask"].sum()) < batch["attention_mask"].numel()
+
+
+def test_replaced_positions_are_the_sampled_tokens_that_differ(tokenizer, blocks):  # noqa: F811
+    """A sampled original counts as original (the paper): a generator that always samples token t
+    marks as replaced exactly the masked positions whose original is not t."""
+    from heads.model.rtd import load_rtd_model
+
+    model = load_rtd_model(model_cfg(), len(tokenizer), 0, rtd_settings())
+    batch = masked(tokenizer, blocks[:4])
+    chosen = batch["labels"] != IGNORE
+    t = int(batch["labels"][chosen][0])  # the original of the first masked position
+    with torch.no_grad():
+        model.generator.generator_lm_head.bias[t] = 1e4  # the generator's softmax is one-hot on t
+    out = model(**batch)
+    assert (out["sampled"] == t).all()
+    want = chosen & (batch["labels"] != t)
+    assert torch.equal(out["replaced"], want)
+    assert out["replaced"][chosen].sum() < chosen.sum()  # some masked positions were sampled as their original
+    assert not out["replaced"][~chosen].any()
+
+
+def test_generator_shares_embeddings_and_gets_no_gradient_from_the_discriminator(tokenizer, blocks):  # noqa: F811
+    from heads.model.rtd import generator_config, load_rtd_model
+
+    model = load_rtd_model(model_cfg(), len(tokenizer), 0, rtd_settings())
+    gen, disc = model.generator, model.discriminator
+    assert gen.electra.embeddings is disc.electra.embeddings
+    assert gen.generator_lm_head.weight is disc.electra.embeddings.word_embeddings.weight
+    assert gen.config.hidden_size == 8 and gen.config.num_hidden_layers == disc.config.num_hidden_layers
+    assert hasattr(gen.electra, "embeddings_project")  # 32-wide embeddings into an 8-wide generator
+    out = model(**masked(tokenizer, blocks[:4]))
+    scores = out["discriminator_logits"][out["real"]]
+    torch.nn.functional.binary_cross_entropy_with_logits(scores, out["replaced"][out["real"]].float()).backward()
+    assert all(p.grad is None for n, p in gen.named_parameters() if not n.startswith("electra.embeddings"))
+    assert disc.electra.embeddings.word_embeddings.weight.grad is not None
+    # the checkpoint holds each shared tensor once, and loading it restores both sides
+    state = model.trained_state_dict()
+    assert "generator.electra.embeddings.word_embeddings.weight" not in state
+    assert "discriminator.electra.embeddings.word_embeddings.weight" in state
+    fresh = load_rtd_model(model_cfg(), len(tokenizer), 1, rtd_settings())
+    fresh.load_state_dict(state, strict=False)
+    assert torch.equal(fresh.generator.generator_lm_head.weight, disc.electra.embeddings.word_embeddings.weight)
+    assert generator_config(disc.config, 1 / 3).hidden_size == 11  # 1 head, round(32 / 3)
+    from kotune.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="generator_size"):
+        generator_config(disc.config, 1.5)
+
+
+def test_seeded_rows_sample_alike_in_any_batch(tokenizer, blocks):  # noqa: F811
+    """Each row's tokens come from its own seed: half batches (grad_accum=2) sample as one batch."""
+    from heads.model.rtd import load_rtd_model
+
+    model = load_rtd_model(model_cfg(), len(tokenizer), 0, rtd_settings())
+    collate = pretrain.training_collator(tokenizer, rtd_settings(), seed=5)
+    items = [{**pretrain.model_rows([r], False)[0], "mask_key": (0, i)} for i, r in enumerate(blocks[:4])]
+    whole, halves = collate(items), [collate(items[:2]), collate(items[2:])]
+    assert whole["sample_seed"].shape == (4,) and len(set(whole["sample_seed"].tolist())) == 4
+    together = model(**whole)["sampled"]
+    apart = torch.cat([model(**h)["sampled"] for h in halves])
+    assert torch.equal(together, apart)
+
+
+def test_rtd_round_trip_saved_discriminator_loads_in_transformers(tmp_path, run_job):
+    """model/ is the discriminator alone: ElectraForPreTraining loads every tensor of it and gives
+    the logits of the trained discriminator (its last checkpoint); generator/ beside it loads as
+    ElectraForMaskedLM and as pretrain.generator; a task fine-tunes on model/."""
+    import safetensors.torch
+    from transformers import ElectraForMaskedLM, ElectraForPreTraining
+
+    text = corpus(tmp_path)
+    res = run_job(TINY + ELECTRA + [f"data.train_file={text}", "train.max_steps=4", "train.save_strategy=steps",
+                                    "train.save_steps=4"], "pre")
+    assert res["status"] == "ok", res.get("error")
+    assert res["objective"] == "rtd" and res["main_metric"] == "rtd_accuracy"
+    for held_out in (res["initial_metrics"], res["metrics"]):
+        assert held_out["rtd_all_original_accuracy"] == pytest.approx(100 - held_out["replaced_share"])
+        assert 0 < held_out["replaced_share"] < 15
+    disc, info = ElectraForPreTraining.from_pretrained(res["model_dir"], output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    trained = safetensors.torch.load_file(str(tmp_path / "pre" / "checkpoints" / "checkpoint-4" / "model.safetensors"))
+    twin = ElectraForPreTraining(disc.config).eval()
+    twin.load_state_dict({k[len("discriminator."):]: v for k, v in trained.items() if k.startswith("discriminator.")})
+    ids = torch.randint(5, disc.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(disc.eval()(ids).logits, twin(ids).logits, atol=1e-6)
+    generator = ElectraForMaskedLM.from_pretrained(res["generator_dir"])
+    assert generator.config.hidden_size == disc.config.hidden_size // 4
+    # continued from both saved parts: they score before training exactly as the first run did at its end
+    again = run_job(["action=pretrain", "model=klue", f"model.name_or_path={res['model_dir']}", *TINY[3:],
+                     "pretrain.objective=rtd", f"pretrain.generator={res['generator_dir']}",
+                     f"data.train_file={text}", "train.max_steps=1", "save_model=false"], "again")
+    assert again["status"] == "ok", again.get("error")
+    assert again["initial_metrics"] == pytest.approx(res["metrics"], rel=1e-5)
+    out = run_job(["task=nli", "data=sample", "model=klue", f"model.name_or_path={res['model_dir']}",
+                   "train.max_steps=2"], "ft")
+    assert out["status"] == "ok", out.get("error")
+
+
+@pytest.mark.parametrize("case", ["bert", "generator_vocab", "no_generator"])
+def test_rtd_refusals_are_one_line(case, tmp_path, run_job):
+    text = corpus(tmp_path)
+    if case == "bert":
+        extra, want = ["pretrain.objective=rtd"], "pretrain.objective=rtd needs an ELECTRA model: model tiny is bert"
+    elif case == "generator_vocab":
+        from transformers import ElectraConfig, ElectraForMaskedLM
+
+        ElectraForMaskedLM(ElectraConfig(vocab_size=77, embedding_size=128, hidden_size=32, num_hidden_layers=1,
+                                         num_attention_heads=1, intermediate_size=32)).save_pretrained(tmp_path / "g")
+        extra, want = ELECTRA + [f"pretrain.generator={tmp_path / 'g'}"], "its vocab_size is 77, the discriminator's "
+    else:
+        extra, want = ELECTRA + [f"pretrain.generator={tmp_path}"], "no config.json there"
+    res = run_job(TINY + extra + [f"data.train_file={text}", "train.max_steps=1"], case)
+    assert res["status"] == "failed" and want in res["error"], res.get("error")
+    assert "\n" not in res["error"]
