@@ -108,7 +108,8 @@ def test_a_plugin_adds_a_format_with_one_class(registered, tmp_path, monkeypatch
         action.run(export_cfg(format="zip"), "RUN_DIR")
 
 
-def test_an_exporter_summary_needs_no_export_dir_and_the_card_is_the_formats_own(registered, tmp_path, monkeypatch):
+def test_an_exporter_summary_needs_no_export_dir_and_the_card_is_the_formats_own(registered, tmp_path, monkeypatch,
+                                                                                  capsys):
     """The exporter contract (docs/development/plugins.md): kotune fills in ``export_dir`` and ``format``
     (a summary without them failed with a KeyError once the files were written), a summary that is not a
     dict is one line naming the exporter, and the model card shows the format's own usage and library,
@@ -134,6 +135,7 @@ def test_an_exporter_summary_needs_no_export_dir_and_the_card_is_the_formats_own
     out = tmp_path / "out"
     res = action.run(export_cfg(format="bare", dir=str(out)), str(tmp_path / "job"))
     assert (res["export_dir"], res["format"], res["files"]) == (str(out), "bare", 0)
+    assert f"exported the model as bare to {out}: bare.load('{out}')" in capsys.readouterr().out
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "library_name" not in card.split("---")[1] and "transformers" not in card
     assert f"```\nbare.load('{out}')\n```" in card

@@ -62,7 +62,8 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
 
     res = summary(exporter, exporter.export(model_dir, out_dir, {k: cfg.export.get(k) for k in exporter.options}, finish),
                   out_dir)
-    log(f"exported {res.get('native_class') or res['format'] + ' export'} to {out_dir}: {exporter.usage(res, out_dir)}")
+    what = res.get("native_class") or f"the model as {res['format']}"  # a format with no class of its own
+    log(f"exported {what} to {out_dir}: {exporter.usage(res, out_dir)}")
     if cfg.export.get("push_to_hub"):
         res["pushed"] = push_to_hub(out_dir, str(cfg.export.push_to_hub), bool(cfg.export.get("private")))
         log(f"pushed {out_dir} to {res['pushed']}")
