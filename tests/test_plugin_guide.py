@@ -199,6 +199,9 @@ def test_a_head_breaking_the_loss_contract_is_one_line_naming_it(probe_head, sum
     message = str(caught.value)
     assert message.startswith("the contract_probe head (test_plugin_guide.") and words in message
     assert "\n" not in message
+    if words.startswith("loss_sums returned a Tensor of shape []"):  # the page shows this one, as the CLI prints it
+        shown = [line for line in error_lines(page()) if "loss_sums returned" in line]
+        assert [line.split("): ", 1)[1] for line in shown] == [message.split("): ", 1)[1]]
     if "loss_counts" in words:  # the Trainer's count of a step's items reads the same contract
         with pytest.raises(KotuneError, match=r"^the contract_probe head .*: loss_counts returned "):
             model.loss_counts(batch)
