@@ -65,13 +65,19 @@ def class_separation(encoder, tokenizer, examples: list[dict]) -> float:
     return float(torch.stack(same).mean() - torch.stack(other).mean())
 
 
-def test_setfit_pulls_classes_apart_then_trains_the_head_on_the_fixed_encoder(run_job, tmp_path):
+def test_setfit_pulls_classes_apart_then_trains_the_head_on_the_fixed_encoder(run_job, tmp_path, caplog):
+    import logging
+
     from heads.model.kotune_model import KotuneModel
     from transformers import AutoTokenizer
 
     common = [*FEW, "data.examples_per_class=4", "save_predictions=true"]
     frozen = run_job([*common, "mode=frozen", "mode.pooling=mean", "mode.cache=false"], "frozen")
+    caplog.set_level(logging.INFO)
     setfit = run_job([*common, "mode=setfit", "mode.body_learning_rate=1e-3", "mode.pairs_per_example=4"], "setfit")
+    # sentence-transformers' note of a CoSENT default it does not use (setfit hands it CosineSimilarityLoss)
+    assert not [r for r in caplog.records if "No `loss` passed" in r.getMessage() or r.name.startswith("setfit")]
+    caplog.set_level(logging.WARNING)
     assert frozen["status"] == "ok" and setfit["status"] == "ok", (frozen.get("error"), setfit.get("error"))
     entry = setfit["setfit"]
     assert entry["package"].startswith("setfit ") and entry["pairs"] == 2 * 4 * 12 and entry["steps"] > 0
