@@ -209,3 +209,12 @@ def test_hydra_quoting_an_override_it_cannot_parse_shows_no_secret(tmp_path):
                            f"hydra.run.dir={tmp_path / 'run'}"])
     assert result.returncode != 0 and "serve.api_key=***" in result.stderr, result.stderr[-2000:]
     assert leaks(result.stdout + result.stderr, ["abc'defQm7Rr"]) == []
+
+
+def test_a_search_stores_no_secret_in_its_study():
+    """The overrides every trial gets are stored in the study's database (optuna.db in the sweep
+    directory, or the shared one): a secret setting among them is stored masked."""
+    from kotune.sweeps.study import search_overrides
+
+    stored = search_overrides({"serve.api_key": "Zk7SecretQq", "train.epochs": "3", "+hub.hf_token": "hf_Zk7Qq"}, "none")
+    assert stored == {"serve.api_key": "***", "train.epochs": "3", "+hub.hf_token": "***", "hparams_search.pruner": "none"}

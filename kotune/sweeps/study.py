@@ -11,7 +11,7 @@ from typing import Any
 
 from hydra.errors import ConfigCompositionException
 
-from kotune.core.redact import mask_credentials, mask_url, remember_secrets, url_secrets
+from kotune.core.redact import MASK, mask_credentials, mask_url, remember_secrets, secret_name, url_secrets
 
 FAILED_SCORE = 1e9  # kotune.cli.worst_score's magnitude: a failed job
 # what makes a study one search (kotune/sweeps/study.py check_same_search): a worker with another one refuses
@@ -149,8 +149,9 @@ def same_data(a: dict | None, b: dict | None) -> bool:
 def search_overrides(fixed: dict[str, str], pruner: str) -> dict[str, str]:
     """The fixed overrides that make a study's search (``fixed``: every trial's), with the pruner:
     not how many trials or workers, where the study or the outputs lie, nor the data files' paths
-    (their content is compared instead)."""
-    out = {k: v for k, v in fixed.items()
+    (their content is compared instead). A secret setting (serve.api_key) is stored as ``***``: the
+    study's database is a file in the sweep directory, or shared by every worker."""
+    out = {k: MASK if secret_name(k) else v for k, v in fixed.items()
            if not k.startswith("hparams_search.") and k not in NOT_THE_SEARCH}
     return {**out, "hparams_search.pruner": str(pruner)}
 
