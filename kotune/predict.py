@@ -79,9 +79,11 @@ class BatchPredictor:
 
 def row_sizes(rows) -> list[tuple[int, int]]:
     """Each row's (sequences, longest) for the token budget: from the token column alone where the rows
-    are a ``datasets.Dataset`` (no cached states read), else row by row."""
-    if "input_ids" in (getattr(rows, "column_names", None) or ()):
-        return [row_size({"input_ids": ids}) for ids in rows.select_columns(["input_ids"])["input_ids"]]
+    are a ``datasets.Dataset`` (training's budget reads it so: kotune/token_budget.py), else row by row."""
+    if getattr(rows, "column_names", None) is not None:
+        from kotune.token_budget import feature_sizes
+
+        return feature_sizes(rows)
     return [row_size(rows[i]) for i in range(len(rows))]
 
 
