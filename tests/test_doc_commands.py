@@ -62,6 +62,7 @@ RUN: dict[str, dict] = {
     "predict.min_confidence=0.5": {},
     "python run.py action=predict checkpoint=outputs/text_cls/tiny/finetune/RUN data.predict_file=unlabelled.tsv": {},
     "python run.py action=serve checkpoint=RUN": {},
+    "python run.py action=serve checkpoint=RUN predict.batch_tokens=16384": {},
     "python run.py task=text_pair model=klue data.train_file=pairs.jsonl data.validation_split=0.1":
         {"extra": ["hydra.run.dir=RUN"]},  # rerank.md: the pair model its next commands call RUN
     'python run.py action=rerank checkpoint=RUN rerank.query="커피 마시면 잠이 깨는 이유가 뭘까요?" '
@@ -105,6 +106,8 @@ RUN: dict[str, dict] = {
     "train.grad_accum=1 train.logging_steps=1": {},
     "python run.py action=pretrain model=tiny data.train_file=comments.txt train.max_steps=4 train.batch_size=4 "
     "train.grad_accum=4 train.logging_steps=1": {},
+    "python run.py action=pretrain model=tiny model.architecture=electra pretrain.objective=rtd "
+    "data.train_file=comments.txt train.max_steps=4 train.batch_size=16 hydra.run.dir=runs/rtd": {},
     "python run.py -m hparams_search=text_cls model=tiny data=demo train.max_steps=300 hparams_search.n_trials=4 "
     "save_model=false save_predictions=false": {},
 }
@@ -148,13 +151,13 @@ EXCLUDED: dict[str, str] = {
         "reads the NER cross-validation above (excluded)",
     "python run.py action=predict checkpoint=RUN data.predict_file=FILE predict.device=cuda:1 predict.precision=bf16":
         GPU,
-    "python run.py action=serve checkpoint=RUN predict.batch_tokens=16384": "serves until stopped; "
-                                                                            "tests/test_serve.py serves with it",
     "python run.py action=pretrain model=tiny model.tokenizer.vocab_size=2000 train.max_length=64 "
     "data.train_file=[../shared/data/corpus/news-comments.txt,../shared/data/corpus/korsts-train-sentences.txt] "
     "train.batch_size=64 train.learning_rate=1e-3 train.max_steps=3000 pretrain.position_init=sinusoidal "
     "pretrain.attention_init=tied_qk hydra.run.dir=runs/mini": SHARED,
     "python run.py action=pretrain model=kcbert data.train_file=comments.txt train.learning_rate=5e-5": HUB,
+    "python run.py action=pretrain model=koelectra pretrain.objective=rtd data.train_file=comments.txt "
+    "train.learning_rate=5e-5": HUB,
     "python run.py task=nli model=klue model.name_or_path=runs/mini/model train.learning_rate=1e-3": HUB,
     "python run.py action=probe task=nli model=klue mode=frozen 'probe.seeds=[1,2,3]'": HUB,
     "python run.py action=probe task=ner mode=frozen checkpoint=RUN_DIR 'probe.choices=[0,6,12,last4_concat]'":
