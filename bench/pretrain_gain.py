@@ -108,6 +108,8 @@ def main() -> None:
     unknown = [t for t in tasks if t not in METRIC]
     if unknown:  # stop before the pretraining
         raise SystemExit(f"unknown task {unknown[0]!r} (known: {', '.join(METRIC)})")
+    if a.objective == "rtd" and any(t in tasks for t in a.curve_tasks.split(",")):
+        raise SystemExit("--objective rtd: the downstream curve fine-tunes masked-LM checkpoints; give --curve-tasks ''")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     started = phase_started = time.time()
     phases: dict[str, float] = {}
@@ -128,6 +130,11 @@ def main() -> None:
         print(f"held-out next-sentence accuracy {pre['initial_metrics']['nsp_accuracy']:.2f} → "
               f"{pre['metrics']['nsp_accuracy']:.2f} % (always 'random next': "
               f"{pre['metrics']['nsp_majority_accuracy']:.2f} %)", flush=True)
+    if "rtd_accuracy" in pre["metrics"]:
+        print(f"held-out replaced-token detection accuracy {pre['initial_metrics']['rtd_accuracy']:.2f} → "
+              f"{pre['metrics']['rtd_accuracy']:.2f} % (always 'original': "
+              f"{pre['metrics']['rtd_all_original_accuracy']:.2f} %; the masked accuracy above is the generator's)",
+              flush=True)
     for point in pre["held_out_curve"]:
         print(f"  step {point['step']:5d}: held-out masked acc {point['mlm_accuracy']:5.2f} %  "
               f"loss {point['mlm_loss']:.3f}", flush=True)

@@ -1,6 +1,6 @@
 """What the pretraining benches share (bench/pretrain_gain.py's recipe and protocol, which
-bench/ner_crf.py, bench/modes.py, bench/probe_layers.py, bench/pretrain_compare.py, bench/pretrain_speed.py
-and bench/pretrain_variants.py reuse): the ../shared/data files, the pretraining overrides and their
+bench/ner_crf.py, bench/modes.py, bench/probe_layers.py, bench/pretrain_compare.py, bench/pretrain_speed.py,
+bench/pretrain_variants.py and bench/pretrain_rtd.py reuse): the ../shared/data files, the pretraining overrides and their
 cached run directory, the fixed NER / KorSTS splits, the fine-tuning side (``Bench``), the options
 of the recipe and protocol, and the common held-out measure of a pretrained model."""
 from __future__ import annotations
@@ -114,7 +114,15 @@ def pretrain_overrides(a, cache_dir: str) -> list[str]:
             f"pretrain.eval_every={max(1, a.pretrain_steps // 8)}", f"cache_dir={cache_dir}"] + (
             # appended only when not the default, so that earlier recipes keep their cache (hash)
             [f"pretrain.objective={a.objective}"] if getattr(a, "objective", "mlm") != "mlm" else []) + (
+            # ELECTRA-shaped (rtd always): its embeddings as wide as its hidden states, as the BERT shape's
+            ["model.architecture=electra", f"model.config_overrides.embedding_size={a.hidden}"]
+            if electra(a) else []) + (
             [f"train.seed={a.pretrain_seed}"] if getattr(a, "pretrain_seed", None) is not None else [])
+
+
+def electra(a) -> bool:
+    """Whether the recipe pretrains an ELECTRA-shaped model (``--architecture electra``, or ``--objective rtd``)."""
+    return getattr(a, "architecture", "bert") == "electra" or getattr(a, "objective", "mlm") == "rtd"
 
 
 def pretrain_dir(a, cache_dir: str) -> str:
@@ -216,7 +224,10 @@ def arguments(description: str, out: str = "kotune_pretrain_gain") -> argparse.A
                    help="encoder dropout (pretraining and both fine-tuned twins: the saved config)")
     p.add_argument("--position-init", default="sinusoidal", choices=("random", "sinusoidal"))
     p.add_argument("--attention-init", default="tied_qk", choices=("random", "tied_qk", "mimetic"))
-    p.add_argument("--objective", default="mlm", choices=("mlm", "mlm+nsp"), help="pretrain.objective")
+    p.add_argument("--objective", default="mlm", choices=("mlm", "mlm+nsp", "rtd"),
+                   help="pretrain.objective (rtd: ELECTRA's replaced-token detection, an ELECTRA-shaped model)")
+    p.add_argument("--architecture", default="bert", choices=("bert", "electra"),
+                   help="the pretrained model's shape (electra: ElectraModel, embeddings as wide as the hidden states)")
     p.add_argument("--pretrain-steps", type=int, default=3000)
     p.add_argument("--pretrain-seed", type=int, default=None,
                    help="the pretraining's train.seed: its init, data order, masks, held-out lines and so its "

@@ -47,6 +47,7 @@ SCRIPTS = {
     "ner_decode": ["--out", "{out}"],
     "pretrain_compare": ["--out", "{out}", "--cache-dir", "{cache}"],
     "pretrain_gain": ["--out", "{out}", "--cache-dir", "{cache}"],
+    "pretrain_rtd": ["--out", "{out}", "--cache-dir", "{cache}"],
     "pretrain_speed": ["--cache-dir", "{cache}"],
     "pretrain_variants": ["--cache-dir", "{cache}"],
     "probe_layers": ["--out", "{out}", "--cache-dir", "{cache}"],
