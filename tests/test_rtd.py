@@ -165,6 +165,16 @@ def test_rtd_round_trip_saved_discriminator_loads_in_transformers(tmp_path, run_
     assert out["status"] == "ok", out.get("error")
 
 
+def test_generator_size_and_weight_out_of_range_are_refused(tokenizer):  # noqa: F811
+    from heads.model.rtd import load_rtd_model
+    from kotune.core.errors import ConfigError
+
+    for settings, key in (({"generator_size": 0}, "generator_size"), ({"generator_size": 2}, "generator_size"),
+                          ({"rtd_weight": 0}, "rtd_weight")):
+        with pytest.raises(ConfigError, match=f"pretrain.{key}="):
+            load_rtd_model(model_cfg(), len(tokenizer), 0, rtd_settings(**settings))
+
+
 @pytest.mark.parametrize("case", ["bert", "generator_vocab", "no_generator"])
 def test_rtd_refusals_are_one_line(case, tmp_path, run_job):
     text = corpus(tmp_path)

@@ -144,8 +144,11 @@ def load_rtd_model(model_cfg: DictConfig, vocab_size: int | None, seed: int, p: 
         raise ConfigError(f"pretrain.objective=rtd needs an ELECTRA model: model {model_cfg.name} is "
                           f"{config.model_type} (model=koelectra or kr-electra, or model.architecture=electra "
                           "with model.init=random for a from-scratch one)")
-    size = float(p.get("generator_size") or GENERATOR_SIZE)
-    weight = float(p.get("rtd_weight") if p.get("rtd_weight") is not None else RTD_WEIGHT)
+    size = float(GENERATOR_SIZE if p.get("generator_size") is None else p.get("generator_size"))
+    weight = float(RTD_WEIGHT if p.get("rtd_weight") is None else p.get("rtd_weight"))
+    generator_config(config, size)  # its size checked before any weights are built or loaded
+    if not weight > 0:
+        raise ConfigError(f"pretrain.rtd_weight={weight}: must be > 0 (the paper's λ is 50)")
     if init == "random":
         torch.manual_seed(seed)
         discriminator = ElectraForPreTraining(config)
