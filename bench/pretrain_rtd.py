@@ -10,7 +10,12 @@ generator a quarter as wide, λ = 50) runs for as many steps as fit in the maske
    deterministic, where a wall-clock on shared cores is not), ``--budget time`` uses step 1's tokens/s;
 3. ``bench/pretrain_gain.py`` for each arm (``--out OUT/mlm``, ``OUT/rtd``; the same fine-tuning
    protocol, seeds and tasks; no downstream curve), then ``bench/pretrain_compare.py OUT/mlm OUT/rtd``:
-   RTD − MLM per task, paired by seed, with its paired SE ("shown" beyond two SE either way).
+   RTD − MLM per task, paired by seed, with its paired SE ("shown" beyond two SE either way);
+4. ``--adapt-steps N``: domain adaptation as KoELECTRA meets it. The RTD arm's discriminator (an
+   ELECTRA discriminator with its generator) continues on ``--adapt-corpus`` (news comments) by masked
+   LM (a fresh MLM head on the discriminator's states, the old way) for N steps and by RTD (its own
+   head and generator, ``pretrain.generator``) for the same multiply-adds; each adapted model and the
+   unadapted one are fine-tuned on hate speech, every seed at the first ``--ft-lrs`` rate, paired by seed.
 
     python -m bench.pretrain_rtd --tasks hate,ner,sts --out OUT     # see --help; other options go to pretrain_gain
     python -m bench.pretrain_rtd --smoke                             # tiny settings, every phase
@@ -34,7 +39,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from bench.jobs import job  # noqa: E402
 from heads.model.encoder import build_config  # noqa: E402
 from kotune.overrides import compose  # noqa: E402
-from bench.pretraining import SMOKE, arguments, pretrain_overrides  # noqa: E402
+from bench.pretraining import (CORPUS, SMOKE, SMOKE_CORPUS_LINES, Bench, arguments, fixed_splits,  # noqa: E402
+                               pretrain_dir, pretrain_overrides)
+from bench.stats import difference, spread  # noqa: E402
 
 
 def run_module(name: str, argv: list[str], quiet: bool) -> None:
@@ -77,6 +84,50 @@ def step_macs(config, block: int, objective: str, masked: float = 0.15) -> float
     return encoder(config) + config.hidden_size ** 2 + config.hidden_size + encoder(generator) + lm_head(generator)
 
 
+def adaptation(a, recipe, rtd_out: str, cost: float) -> dict:
+    """Step 4: the RTD arm's discriminator adapted to ``--adapt-corpus`` by masked LM and by RTD
+    (equal multiply-adds), then hate speech at every seed: {"rtd_vs_mlm", "mlm_vs_none",
+    "rtd_vs_none"} paired differences."""
+    import json
+
+    with open(os.path.join(rtd_out, "pretrain_gain.json")) as f:
+        args = json.load(f)["args"]
+    source = pretrain_dir(SimpleNamespace(**args), a.cache_dir)
+    corpus = a.adapt_corpus
+    if a.smoke:  # the first lines only, as the smoke pretraining's corpus
+        corpus = os.path.join(a.out, "adapt-corpus.txt")
+        with open(a.adapt_corpus, encoding="utf-8") as f, open(corpus, "w", encoding="utf-8") as out:
+            out.writelines(line for _, line in zip(range(SMOKE_CORPUS_LINES), f))
+    steps = {"mlm": a.adapt_steps, "rtd": max(1, round(a.adapt_steps / cost))}
+    models = {"none": os.path.join(source, "model")}
+    for objective in ("mlm", "rtd"):
+        run_dir = os.path.join(a.out, f"adapt_{objective}_{steps[objective]}")
+        res = job(["action=pretrain", "model=klue", "model.name=mini-electra", f"model.name_or_path={models['none']}",
+                   f"data.train_file={corpus}", f"pretrain.objective={objective}",
+                   *([f"pretrain.generator={os.path.join(source, 'generator')}"] if objective == "rtd" else []),
+                   f"train.max_length={recipe.block}", f"train.batch_size={recipe.batch}",
+                   f"train.max_steps={steps[objective]}", f"train.learning_rate={recipe.lr}", "train.warmup_ratio=0.06",
+                   "pretrain.max_eval_blocks=300", f"cache_dir={a.cache_dir}"], run_dir)
+        models[objective] = os.path.join(run_dir, "model")
+        print(f"adapted by {objective}: {steps[objective]} steps, {res['train_runtime_s'] / 60:.1f} min, "
+              f"{res['tokens_per_second']:.0f} tokens/s", flush=True)
+    lr = float(recipe.ft_lrs.split(",")[0])
+    seeds = [int(s) for s in recipe.seeds.split(",")]
+    bench = Bench(SimpleNamespace(**{**vars(recipe), "out": os.path.join(a.out, "adapt"), "cache_dir": a.cache_dir}),
+                  models["none"], fixed_splits(a.cache_dir, recipe.ner_eval_split, seed=0))
+    scores = {name: [bench.score("hate", "pretrained", lr, s, model_dir=path, tag=f"_{name}") for s in seeds]
+              for name, path in models.items()}
+    for name, values in scores.items():
+        print(f"hate after adaptation by {name}: {spread(values)}  ({', '.join(f'{x:.2f}' for x in values)})")
+    diffs = {"rtd_vs_mlm": difference(scores["rtd"], scores["mlm"]),
+             "mlm_vs_none": difference(scores["mlm"], scores["none"]),
+             "rtd_vs_none": difference(scores["rtd"], scores["none"])}
+    for name, d in diffs.items():
+        print(f"hate {name.replace('_vs_', ' − ')}: {d['mean']:+.2f} ± {d['se']:.2f} "
+              f"({'shown' if d['shown'] else 'not shown'})", flush=True)
+    return diffs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pretrain-steps", type=int, default=3000, help="the masked-LM arm's steps")
@@ -86,10 +137,12 @@ def main() -> None:
                    help="equal multiply-adds (step_macs), or equal wall-clock from the timed tokens/s")
     p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kotune_pretrain_rtd"))
     p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
+    p.add_argument("--adapt-steps", type=int, default=0, help="domain adaptation's masked-LM steps (0: none)")
+    p.add_argument("--adapt-corpus", default=CORPUS[0], help="the adaptation text (default: the news comments)")
     p.add_argument("--smoke", action="store_true", help="tiny settings, every phase (pretrain_gain's --smoke)")
     a, rest = p.parse_known_args()
     if a.smoke:
-        a.pretrain_steps, a.timing_steps, a.timing_rounds = 4, 2, 1
+        a.pretrain_steps, a.timing_steps, a.timing_rounds, a.adapt_steps = 4, 2, 1, 2
         rest = ["--tasks", "hate", *rest]
     # the recipe (shape, batch, …) as bench/pretrain_gain.py reads it, for the timing runs
     parser = arguments("")
@@ -119,9 +172,11 @@ def main() -> None:
                                      "--curve-tasks", "", "--cache-dir", a.cache_dir, "--out", outs[-1], *rest],
                    quiet=True)
     run_module("pretrain_compare", [*outs, "--steps", f"{steps['mlm']},{steps['rtd']}"], quiet=False)
+    adapted = adaptation(a, recipe, outs[1], cost) if a.adapt_steps else {}
     print(f"RESULT mlm_tokens_per_s={speed['mlm']:.0f} rtd_tokens_per_s={speed['rtd']:.0f} "
           f"rtd_step_time={speed['mlm'] / speed['rtd']:.2f} rtd_step_macs={macs['rtd'] / macs['mlm']:.2f} "
-          f"budget={a.budget} mlm_steps={steps['mlm']} rtd_steps={steps['rtd']}")
+          f"budget={a.budget} mlm_steps={steps['mlm']} rtd_steps={steps['rtd']}"
+          + "".join(f" adapt_{k}={v['mean']:.2f} adapt_{k}_se={v['se']:.2f}" for k, v in adapted.items()))
 
 
 if __name__ == "__main__":
