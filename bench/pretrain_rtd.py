@@ -171,7 +171,9 @@ def main() -> None:
                                      "--objective", objective, "--pretrain-steps", str(steps[objective]),
                                      "--curve-tasks", "", "--cache-dir", a.cache_dir, "--out", outs[-1], *rest],
                    quiet=True)
-    run_module("pretrain_compare", [*outs, "--steps", f"{steps['mlm']},{steps['rtd']}"], quiet=False)
+    # each arm's last held-out point (pretrain_gain scores every steps // 8)
+    last = [s // max(1, s // 8) * max(1, s // 8) for s in steps.values()]
+    run_module("pretrain_compare", [*outs, "--steps", ",".join(map(str, last))], quiet=False)
     adapted = adaptation(a, recipe, outs[1], cost) if a.adapt_steps else {}
     print(f"RESULT mlm_tokens_per_s={speed['mlm']:.0f} rtd_tokens_per_s={speed['rtd']:.0f} "
           f"rtd_step_time={speed['mlm'] / speed['rtd']:.2f} rtd_step_macs={macs['rtd'] / macs['mlm']:.2f} "

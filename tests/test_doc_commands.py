@@ -228,7 +228,8 @@ EXCLUDED: dict[str, str] = {
     "python -m bench.pretrain_gain --tasks hate,ner,sts,korsts --curve-tasks '' --out OUT_MLM": BENCH,
     "python -m bench.pretrain_gain --objective mlm+nsp --tasks hate,sts,korsts --curve-tasks '' --out OUT_NSP": BENCH,
     "python -m bench.pretrain_compare OUT_MLM OUT_NSP --common": BENCH,
-    "python -m bench.pretrain_rtd --pretrain-steps 750 --tasks hate,ner --ft-lrs 1e-3 --out OUT": BENCH,
+    "python -m bench.pretrain_rtd --pretrain-steps 750 --timing-steps 60 --timing-rounds 3 --tasks hate,ner "
+    "--ft-lrs 1e-3 --adapt-steps 300 --out OUT": BENCH,
     "python run.py task=mrc model=klue train.save_strategy=steps train.save_steps=500 hydra.run.dir=outputs/mrc-klue":
         HUB,
     # scale-out
