@@ -10,11 +10,13 @@ beside their model classes: ``onnxruntime`` (kotune/export/onnx.py) and ``transf
 (kotune/runtime.py is another matter: where a job runs, its devices and ranks.)"""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from heads.model.inference import Inference
 from kotune.core.backends import Runtime
 from kotune.core.registry import RUNTIMES, register_runtime
+
+if TYPE_CHECKING:  # imported where a batch runs: it brings torch, which a config mistake is answered before
+    from heads.model.inference import Inference
 
 
 @register_runtime("torch")
@@ -39,6 +41,8 @@ def torch_forward(model, inference: Inference | None = None) -> Callable[[dict],
     """A KotuneModel's logits of one padded batch, as numpy (the labels in a batch are left out): the
     model moved once to ``inference``'s device, each batch through its one forward
     (heads/model/inference.py: inputs moved, autocast, outputs back to the CPU)."""
+    from heads.model.inference import Inference
+
     inference = inference or Inference()
     inference.place(model)
 
@@ -51,6 +55,8 @@ def torch_forward(model, inference: Inference | None = None) -> Callable[[dict],
 def batch_forward(model: Any, inference: Inference | None = None) -> Callable[[dict], Any]:
     """What runs ``model``'s padded batches outside Trainer, as its runtime says, on ``inference``'s
     device and precision (the runtime reads :attr:`Runtime.inference`)."""
+    from heads.model.inference import Inference
+
     runtime = runtime_of(model)
     runtime.inference = inference or Inference()
     return runtime.forward(model)
@@ -62,6 +68,7 @@ def onnx_run_on(model: Any, inference: Inference | None) -> None:
     (a CUDA device named explicitly without it: one line); ``model.provider`` and the log say which."""
     import onnxruntime as ort
 
+    from heads.model.inference import Inference
     from kotune.core.errors import ConfigError
     from kotune.core.log import log
 

@@ -97,7 +97,7 @@ def test_a_plugin_adds_a_format_with_one_class(registered, tmp_path, monkeypatch
     cfg = export_cfg(format="plain")
     cfg.export.stride = 2
     res = action.run(cfg, str(tmp_path / "job"))
-    out = tmp_path / "job" / "plain"
+    out = tmp_path / "run" / "plain"  # beside the checkpoint, in the format's default_dir
     assert res["export_dir"] == str(out) and res["model_card"] == str(out / "README.md")
     assert json.loads((out / "weights.json").read_text()) == {"from": str(model_dir), "stride": 2}
     assert f"exported PlainModel to {out}: plain.load('{out}')" in capsys.readouterr().out

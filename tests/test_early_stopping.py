@@ -36,7 +36,7 @@ def test_stopped_run_records_where_and_resumes_with_its_patience_counter(run_job
 
 @pytest.mark.parametrize("extra,message", [
     ([], "train.early_stopping_patience=2 needs train.select_best=true"),
-    (["train.select_best=true", "train.early_stopping_patience=0"], "must be a whole number of evaluations"),
+    (["train.select_best=true", "train.early_stopping_patience=0"], "train.early_stopping_patience=0: null or a whole number >= 1"),
 ])
 def test_early_stopping_without_what_it_needs_is_refused_in_one_line(run_job, extra, message):
     res = run_job(["task=text_cls", "model=tiny", "data=sample", "train.max_steps=2",

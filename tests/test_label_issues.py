@@ -188,7 +188,13 @@ def broken(sweep: Path, tmp_path: Path, how: str) -> Path:
         shutil.copytree(runs[0].parent, copy / "again")
     elif how == "rows missing":  # a fold's predictions lose a row: the folds no longer cover the file
         path = runs[0].parent / "predictions.jsonl"
-        path.write_text("".join(path.read_text().splitlines(keepends=True)[1:]))
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(lines[1:]))
+        exact = runs[0].parent / "probabilities.json"  # its full-precision twin loses the same row
+        if exact.exists():
+            data = json.loads(exact.read_text())
+            data["rows"].pop(str(json.loads(lines[0])["id"]))
+            exact.write_text(json.dumps(data))
     return copy
 
 

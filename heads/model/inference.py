@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import numpy as np
-import torch
 
 from kotune.core.errors import ConfigError
 
 DEVICES = "auto, cpu, cuda or cuda:N"
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# torch is imported where a batch runs, not with this module: the command line answers a config or data
+# mistake before torch loads (tests/test_bad_input.py), and token_batches is plain arithmetic
+PRECISIONS = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,9 @@ class Inference:
 
     def autocast(self):
         """bf16/fp16 autocast on the device (fp16: CUDA only, :func:`resolve` refuses it on the CPU)."""
-        dtype = PRECISIONS[self.precision]
+        import torch
+
+        dtype = PRECISIONS[self.precision] and getattr(torch, PRECISIONS[self.precision])
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=torch.device(self.device).type, dtype=dtype)
@@ -44,11 +47,15 @@ class Inference:
         """THE forward: ``fn(*args, **inputs)`` with every tensor (or array) input on the device, no
         gradients, under the precision's autocast; its outputs (a tensor, a tuple of them, a dict's
         ``logits``) back on the CPU as float32 numpy."""
+        import torch
+
         with torch.inference_mode(), self.autocast():
             out = fn(*(self.move(a) for a in args), **{k: self.move(v) for k, v in inputs.items()})
         return host(out)
 
     def move(self, value: Any) -> Any:
+        import torch
+
         if isinstance(value, np.ndarray):
             value = torch.from_numpy(value)
         return value.to(self.device, non_blocking=True) if isinstance(value, torch.Tensor) else value
@@ -59,6 +66,8 @@ class Inference:
 
 def host(out: Any) -> Any:
     """A batch's outputs as float32 numpy on the CPU (a tuple stays a tuple; a model output's logits)."""
+    import torch
+
     if hasattr(out, "keys") and "logits" in out.keys():  # a dict or a transformers ModelOutput
         out = out["logits"]
     if isinstance(out, (tuple, list)):
@@ -71,6 +80,8 @@ def host(out: Any) -> Any:
 def resolve(device: Any = "auto", precision: Any = "fp32") -> Inference:
     """``predict.device`` and ``predict.precision`` checked against this machine: auto is the GPU
     when one is visible; a device that is not there, a precision it cannot run, one line each."""
+    import torch
+
     name = "auto" if device in (None, "") else str(device).strip().lower()
     cuda = torch.cuda.is_available()
     if name == "auto":
