@@ -219,7 +219,7 @@ EXCLUDED: dict[str, str] = {
     "train.learning_rate=1e-3 train.max_length=128 train.warmup_ratio=0.1 train.seed=1 train.select_best=true "
     "train.evals_per_epoch=8": SHARED,
     "python -m bench.multi_label --model-dir DIR --shared ../shared": BENCH,
-    "python -m bench.pretrain_gain --smoke --out /tmp/g": BENCH,
+    "python -m bench.pretrain_gain --smoke --out OUT": BENCH,
     "python -m bench.pretrain_gain --attention-init random --tasks ner --curve-tasks '' --out OUT_RANDOM": BENCH,
     "python -m bench.pretrain_gain --tasks ner --curve-tasks '' --out OUT_TIED": BENCH,
     "python -m bench.pretrain_gain --attention-init mimetic --tasks ner --curve-tasks '' --out OUT_MIMETIC": BENCH,
