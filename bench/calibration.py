@@ -22,7 +22,7 @@ sd(d)/√n; "shown" only where |mean| > 2 SE. Accuracy must be unchanged (the fo
 
 Prints the closing table and ``RESULT calibration model=… hate_ece_before=… hate_ece_after=… hate_ece_int8=…
 (per task) accuracy_unchanged=…``;
-every job is an in-process ``kotune.job.execute`` (what the CLI runs), reused when its run directory
+every job is an in-process ``kotune.cli.job.execute`` (what the CLI runs), reused when its run directory
 already holds an ok result.
 """
 from __future__ import annotations

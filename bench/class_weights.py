@@ -14,7 +14,7 @@ runs' predictions.jsonl (where the weights should act: the minority classes).
 
 Where the arms chose different rates, both arms also train at each chosen rate (a control: the
 difference at one rate is the weights' alone). Prints the tables and ``RESULT class_weights_macro_f1_gain=… se=… shown=…``; every job is an in-process
-``kotune.job.execute`` (what the CLI runs), reused when its run directory already holds an ok result.
+``kotune.cli.job.execute`` (what the CLI runs), reused when its run directory already holds an ok result.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ p50/p95 milliseconds of single requests to ``action=serve`` for each.
     python -m bench.distill --smoke --model-dir DIR         # tiny settings, every step (tests/test_bench_smoke.py)
 
 Prints the table and ``RESULT distill k=… share=… gain_vs_no_teacher=…±… wall_ratio=…``; every job is
-an in-process ``kotune.job.execute`` (what the CLI runs), reused when its run directory already
+an in-process ``kotune.cli.job.execute`` (what the CLI runs), reused when its run directory already
 holds an ok result of the same config.
 """
 from __future__ import annotations
@@ -136,12 +136,12 @@ def speed(a) -> None:
     """Texts per second on the demo dev texts at batch 32, tokenizing included, in this process: the
     teacher (BERT-base shape, ../shared/vocab/kcbert-base, random weights: speed does not depend on
     them) through ``transformers.pipeline`` against a 4-layer student distilled from it, exported to
-    int8 ONNX, through action=predict's path (``kotune.predict.predict_rows``). --smoke: the tiny encoder."""
+    int8 ONNX, through action=predict's path (``kotune.inference.predict.predict_rows``). --smoke: the tiny encoder."""
     import transformers
 
-    from kotune.build import build
-    from kotune.overrides import compose
-    from kotune.predict import predict_rows, predictor_for
+    from kotune.loading.build import build
+    from kotune.cli.overrides import compose
+    from kotune.inference.predict import predict_rows, predictor_for
 
     out = os.path.join(a.out, "speed")
     shape = (["model=tiny"] if a.smoke else

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
-from kotune.overrides import compose  # noqa: E402
+from kotune.cli.overrides import compose  # noqa: E402
 
 DEV = SHARED / "data" / "klue" / "klue-dp-v1.1_dev.tsv"
 ENCODER = ["model=kcbert", "model.init=random", f"model.name_or_path={SHARED / 'vocab' / 'kcbert-base'}",
@@ -57,7 +57,7 @@ def overrides(setting: str, steps: int, seed: int, lr: float, cache: Path) -> li
 
 
 def train_scores(setting: str, steps: int, seed: int, lr: float, cache: Path, work: Path) -> dict[str, float]:
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     cfg = compose(overrides(setting, steps, seed, lr, cache))
     res = execute(cfg, str(work / f"{setting.replace(' ', '_')}-{seed}"))
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     EXTRA[:] = SMOKE_OVERRIDES if args.smoke else []
     if not DEV.exists():
         raise SystemExit(f"{DEV} not found: this benchmark reads the shared data")
-    from kotune.runtime import quiet_libraries
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     work = Path(tempfile.mkdtemp(prefix="kotune-dp-"))

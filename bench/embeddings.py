@@ -21,7 +21,7 @@
     python -m bench.embeddings --smoke --model-dir DIR # tiny settings, every step (tests/test_bench_smoke.py)
 
 Prints both tables and ``RESULT embeddings ...``; every training job is an in-process
-``kotune.job.execute`` (what the CLI runs), reused when its run directory holds an ok result.
+``kotune.cli.job.execute`` (what the CLI runs), reused when its run directory holds an ok result.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def files(a) -> dict[str, str]:
 
 def dev_set(path: str, tokenizer, max_length: int):
     """KLUE STS dev as the task reads it: its scored pairs, the task, and its distinct sentences' features."""
-    from kotune.overrides import compose
+    from kotune.cli.overrides import compose
     from tasks import build_task
     from tasks.base import EncodeSettings
 
@@ -84,8 +84,8 @@ def frozen_scores(a, init: str, seed: int, dev: str) -> dict[str, float]:
     """Spearman of each frozen choice: every layer's mean, the last-4 mean, the last layer's [CLS]."""
     from heads.model.embed import pooled_vectors
     from heads.model.layers import LayerMixer, LayerSpec, parse_layers
-    from kotune.build import load_encoder_side
-    from kotune.overrides import compose
+    from kotune.loading.build import load_encoder_side
+    from kotune.cli.overrides import compose
 
     cfg = compose([*model_overrides("mini", a.model_dir, a.cache_dir), f"model.init={init}", f"train.seed={seed}"])
     loaded = load_encoder_side(cfg, None, None)

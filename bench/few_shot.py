@@ -13,7 +13,7 @@ standard error sd(d)/√n; "shown" only where |mean| > 2 SE, else "not shown".
     python -m bench.few_shot --smoke --model-dir DIR  # tiny settings, every step (tests/test_bench_smoke.py)
 
 Prints the table and ``RESULT few_shot shots=8 plain=… setfit=… gain=…±… (per shot count) seeds=…``;
-every job is an in-process ``kotune.job.execute`` (what the CLI runs), reused when its run directory
+every job is an in-process ``kotune.cli.job.execute`` (what the CLI runs), reused when its run directory
 already holds an ok result.
 """
 from __future__ import annotations

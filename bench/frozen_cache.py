@@ -51,10 +51,10 @@ def run_path(args, cache: bool, cache_dir: str, run_dir: str) -> dict:
     """One frozen training run through kotune's pieces, timing each epoch with a callback."""
     from transformers import TrainerCallback
 
-    from kotune.build import build
-    from kotune.overrides import compose
-    from kotune.predict import predict
-    from kotune.trainer import make_trainer
+    from kotune.loading.build import build
+    from kotune.cli.overrides import compose
+    from kotune.inference.predict import predict
+    from kotune.training.trainer import make_trainer
 
     cfg = compose(overrides(args, cache, cache_dir))
     epochs: list[float] = []
@@ -105,7 +105,7 @@ def main() -> None:
 
     import torch
 
-    from kotune.runtime import quiet_libraries
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     if args.threads:

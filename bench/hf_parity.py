@@ -4,9 +4,9 @@ One pretrained checkpoint — a saved 2-layer ``BertForMaskedLM`` on KcBERT's re
 random weights (``--checkpoint DIR`` takes any saved BERT instead) — fine-tuned on the shared data
 for the sequence (hate speech), pair (KLUE NLI), token (KLUE NER) and span (KorQuAD) heads by
 
-- kotune: ``kotune.job.execute`` (``model.init=pretrained`` from the checkpoint);
+- kotune: ``kotune.cli.job.execute`` (``model.init=pretrained`` from the checkpoint);
 - HF: stock ``AutoModelFor{SequenceClassification,TokenClassification,QuestionAnswering}`` +
-  ``transformers.Trainer`` with the same TrainingArguments (kotune.training_args.training_arguments), the same
+  ``transformers.Trainer`` with the same TrainingArguments (kotune.training.arguments.training_arguments), the same
   encoded features, the same decoding and metric (kotune's task), the same seeds.
 
 (a) before training, with kotune's head weights copied into the HF model: max |logit difference|;
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
-from kotune.overrides import compose  # noqa: E402
+from kotune.cli.overrides import compose  # noqa: E402
 
 DATA = SHARED / "data"
 TRAIN = ["train.learning_rate=5e-4", "train.batch_size=16", "train.warmup_ratio=0.1", "train.weight_decay=0.01",
@@ -82,7 +82,7 @@ def logit_parity(head: str, checkpoint: Path, cache: Path) -> float:
     """(a): kotune's model as kotune builds it, its head copied into the stock HF model."""
     import torch
 
-    from kotune.build import build, make_collator
+    from kotune.loading.build import build, make_collator
     from kotune.export.native import head_key_map
 
     cfg = compose(overrides_for(head, checkpoint, 1, 0, cache))
@@ -105,7 +105,7 @@ def logit_parity(head: str, checkpoint: Path, cache: Path) -> float:
 
 
 def kotune_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, work: Path) -> float:
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     cfg = compose(overrides_for(head, checkpoint, steps, seed, cache))
     res = execute(cfg, str(work / f"kotune-{head}-{seed}"))
@@ -118,8 +118,8 @@ def hf_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, wo
     """The stock recipe on the same features; kotune's task decodes and scores its logits."""
     from transformers import AutoTokenizer, Trainer
 
-    from kotune.build import make_collator, requested_max_length
-    from kotune.training_args import training_arguments
+    from kotune.loading.build import make_collator, requested_max_length
+    from kotune.training.arguments import training_arguments
     from tasks import build_task
     from tasks.base import EncodeSettings
     from tasks.encode_cache import encode_cached
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
     EXTRA[:] = SMOKE_DATA if args.smoke else []
     if not SHARED.exists():
         raise SystemExit(f"{SHARED} not found: this benchmark reads the shared data")
-    from kotune.runtime import quiet_libraries
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     work = Path(tempfile.mkdtemp(prefix="kotune-parity-"))

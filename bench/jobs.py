@@ -1,17 +1,17 @@
-"""One bench job: a config composed as the command line composes it (``kotune.overrides.compose``)
-and run in this process by ``kotune.job.execute``, exactly what the CLI runs; a run directory that
+"""One bench job: a config composed as the command line composes it (``kotune.cli.overrides.compose``)
+and run in this process by ``kotune.cli.job.execute``, exactly what the CLI runs; a run directory that
 already holds an ok result of the same config is reused, not run again."""
 from __future__ import annotations
 
 import os
 
-from kotune.overrides import compose
+from kotune.cli.overrides import compose
 
 
 def job(overrides: list[str], run_dir: str) -> dict:
-    """One ``kotune.job.execute`` (skipped when run_dir already holds an ok result of the same config)."""
-    from kotune.job import execute, finished_results
-    from kotune.runtime import quiet_libraries
+    """One ``kotune.cli.job.execute`` (skipped when run_dir already holds an ok result of the same config)."""
+    from kotune.cli.job import execute, finished_results
+    from kotune.devices import quiet_libraries
 
     cfg = compose(overrides)
     done = finished_results(os.path.join(run_dir, "results.json"), cfg)

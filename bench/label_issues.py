@@ -21,7 +21,7 @@ Finding: the flagged sentences against those holding a flipped entity (precision
 and the flagged characters against the flipped entities' characters; retraining scores entity F1.
 
 Prints the tables and ``RESULT label_issues_precision=… recall=… chance_precision=… cleaned_gain=… se=…``;
-every job is an in-process ``kotune.job.execute`` (what the CLI runs), reused when its run directory
+every job is an in-process ``kotune.cli.job.execute`` (what the CLI runs), reused when its run directory
 already holds an ok result.
 """
 from __future__ import annotations

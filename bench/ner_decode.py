@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
-from kotune.overrides import compose  # noqa: E402
+from kotune.cli.overrides import compose  # noqa: E402
 
 VOCABS = {"kcbert": ["model=kcbert", f"model.name_or_path={SHARED}/vocab/kcbert-base"],
           "koelectra": ["model=koelectra", f"model.name_or_path={SHARED}/vocab/koelectra",
@@ -37,7 +37,7 @@ SMOKE_DATA = ["data.max_train_samples=64", "data.max_eval_samples=32"]  # --smok
 
 
 def job(overrides: list[str], run_dir: Path) -> dict:
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     res = execute(compose(overrides), str(run_dir))
     if res["status"] != "ok":

@@ -27,7 +27,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from bench.pretraining import common_held_out as score_held_out, pretrain_dir, pretrain_overrides  # noqa: E402
 from bench.stats import difference, spread  # noqa: E402
-from kotune.overrides import compose  # noqa: E402
+from kotune.cli.overrides import compose  # noqa: E402
 
 
 def recipe_name(args: dict) -> str:

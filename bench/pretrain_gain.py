@@ -30,7 +30,7 @@ hate_gain_se=… ner_gain=… ner_gain_se=… sts_gain=… sts_gain_se=…``, a 
 ``report.py`` over the scored runs (``OUT/report``). The pretrained checkpoint is cached under
 ``cache_dir/pretrain_gain/<recipe hash>`` (never in the project): the same recipe again reuses it,
 an interrupted one resumes; finished fine-tuning runs in ``--out`` are reused too. Every job is an
-in-process ``kotune.job.execute``: exactly what the CLI runs.
+in-process ``kotune.cli.job.execute``: exactly what the CLI runs.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from bench.pretraining import (CORPUS, KLUE_STS_DEV, METRIC, NER_FILE, SMOKE, Bench, arguments,  # noqa: E402
                                fixed_splits, pretrain, pretrain_overrides)
 from bench.stats import paired_gain, spread  # noqa: E402
-from kotune.overrides import compose  # noqa: E402
+from kotune.cli.overrides import compose  # noqa: E402
 
 
 def checkpoint_models(pretrain_dir: str, model_dir: str) -> dict[int, str]:

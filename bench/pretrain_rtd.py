@@ -38,7 +38,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from bench.jobs import job  # noqa: E402
 from heads.model.encoder import build_config  # noqa: E402
-from kotune.overrides import compose  # noqa: E402
+from kotune.cli.overrides import compose  # noqa: E402
 from bench.pretraining import (CORPUS, SMOKE, SMOKE_CORPUS_LINES, Bench, arguments, fixed_splits,  # noqa: E402
                                pretrain_dir, pretrain_overrides)
 from bench.stats import difference, spread  # noqa: E402

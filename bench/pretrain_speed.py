@@ -33,7 +33,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("KOTUNE_PROGRESS", "0")
 
 from bench.pretraining import CORPUS  # noqa: E402
-from kotune.overrides import compose  # noqa: E402
+from kotune.cli.overrides import compose  # noqa: E402
 
 KCBERT_VOCAB = os.path.join(os.path.dirname(ROOT), "shared", "vocab", "kcbert-base")
 SHAPES = {  # name → (BertConfig sizes, block length, batch)
@@ -94,8 +94,8 @@ def pretrain_config(batch: int, steps: int, precision: str = "fp32"):
 
 def kotune_trainer(model, tokenizer, rows: list[dict], batch: int, steps: int, out: str, precision: str = "fp32"):
     """What ``action=pretrain`` builds: its arguments, Trainer class, keyed rows and collator."""
-    from kotune.trainer import PretrainingTrainer
-    from kotune.training_args import training_arguments
+    from kotune.training.trainer import PretrainingTrainer
+    from kotune.training.arguments import training_arguments
     from tasks import pretrain
 
     cfg = pretrain_config(batch, steps, precision)
@@ -108,8 +108,8 @@ def kotune_trainer(model, tokenizer, rows: list[dict], batch: int, steps: int, o
 def kotune_before_trainer(model, tokenizer, rows: list[dict], batch: int, steps: int, out: str):
     """``action=pretrain`` before masked-position prediction and keyed masks: kotune's arguments and
     Trainer class, the model's full forward, the library collator on the global RNG."""
-    from kotune.trainer import KotuneTrainer
-    from kotune.training_args import training_arguments
+    from kotune.training.trainer import KotuneTrainer
+    from kotune.training.arguments import training_arguments
     from tasks import pretrain
 
     cfg = pretrain_config(batch, steps)
@@ -228,7 +228,7 @@ def main() -> None:
         SHAPES.update(SMOKE_SHAPES)
     if not all(os.path.exists(path) for path in CORPUS + [KCBERT_VOCAB]):
         raise SystemExit("skipped: ../shared absent (the corpus and the KcBERT vocabulary)")
-    from kotune.runtime import quiet_libraries
+    from kotune.devices import quiet_libraries
     from bench.common import median
 
     quiet_libraries()

@@ -23,7 +23,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from bench.jobs import job  # noqa: E402
 from bench.pretraining import CORPUS, common_held_out, pretrain_overrides  # noqa: E402
-from kotune.overrides import compose  # noqa: E402
+from kotune.cli.overrides import compose  # noqa: E402
 
 MINI = dict(vocab=2000, hidden=128, layers=2, block=64, batch=64, lr=1e-3, dropout=0.0, ft_max_length=128,
             position_init="sinusoidal")

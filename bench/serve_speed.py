@@ -19,7 +19,7 @@ KLUE NLI dev pairs (../shared/data/klue/klue-nli-v1.1_dev.json).
 
 Per model and data set: throughput at batch 32 over the whole set (text in, labels out: tokenizing
 included) — pipeline's own batching (input order, padding to each batch's longest), kotune
-predict's path (``kotune.predict.predict_rows``: length-sorted batches, dynamic padding; Trainer
+predict's path (``kotune.inference.predict.predict_rows``: length-sorted batches, dynamic padding; Trainer
 for the checkpoint, onnxruntime for the export); latency p50/p95 of single requests at batch 1
 (``--latency-n`` texts); peak memory each phase adds (resident set above its start, the model's
 loading included); model MB on disk; for the trained tiny model the main metric of each and the
@@ -44,7 +44,7 @@ SHARED = ROOT.parent / "shared"
 
 from bench.common import PeakMemory  # noqa: E402
 from bench.serving import percentile, start_server, stop_server  # noqa: E402
-from kotune.overrides import compose  # noqa: E402
+from kotune.cli.overrides import compose  # noqa: E402
 
 NLI = SHARED / "data" / "klue" / "klue-nli-v1.1_dev.json"
 BASE = ["model=kcbert", f"model.name_or_path={SHARED / 'vocab' / 'kcbert-base'}", "model.init=random"]
@@ -53,7 +53,7 @@ DATASETS = {"demo": ["task=text_cls", "data=demo"],
 
 
 def job(overrides: list[str], run_dir: Path) -> dict:
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     res = execute(compose(overrides), str(run_dir))
     if res["status"] != "ok":
@@ -102,8 +102,8 @@ def run_pipeline(m: dict, examples: list[dict], latency_n: int) -> dict:
 
 def run_kotune(m: dict, examples: list[dict], latency_n: int, threads: int, onnx_file: str | None) -> dict:
     """action=predict's path on the examples (encode, sorted batches, decode), then single requests."""
-    from kotune.build import build
-    from kotune.predict import predict_rows, predictor_for
+    from kotune.loading.build import build
+    from kotune.inference.predict import predict_rows, predictor_for
     from kotune.serving.app import Predictor
 
     checkpoint = m["onnx"] if onnx_file else m["checkpoint"]
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.quick = args.quick or args.smoke
     import torch
 
-    from kotune.runtime import quiet_libraries
+    from kotune.devices import quiet_libraries
 
     torch.set_num_threads(args.threads)
     quiet_libraries()

@@ -9,7 +9,7 @@ Both pipelines train and evaluate the *same* encoder (BERT-base shape from
 KLUE dev files from ../shared (NLI at max_length 128, NER at 510), through ``transformers.Trainer``:
 
 * kotune: kotune's own build (tokenize once, cached), collator (dynamic padding), length-grouped
-  training batches, length-sorted prediction with the order restored (``kotune.predict.predict``).
+  training batches, length-sorted prediction with the order restored (``kotune.inference.predict.predict``).
 * recipe (KLUE-baseline / KoELECTRA fine-tuning code): every row padded to max_length, random
   batches, plain ``Trainer`` and ``default_data_collator``.
 
@@ -65,12 +65,12 @@ from transformers import Trainer, TrainerCallback, default_data_collator  # noqa
 from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 
 from bench.common import PeakMemory, matmul_peak, median, sync, timed  # noqa: E402
-from kotune.build import Built, build  # noqa: E402
-from kotune.overrides import compose  # noqa: E402
-from kotune.predict import predict  # noqa: E402
-from kotune.runtime import pad_multiple, quiet_libraries  # noqa: E402
-from kotune.trainer import make_trainer  # noqa: E402
-from kotune.training_args import training_arguments  # noqa: E402
+from kotune.loading.build import Built, build  # noqa: E402
+from kotune.cli.overrides import compose  # noqa: E402
+from kotune.inference.predict import predict  # noqa: E402
+from kotune.devices import pad_multiple, quiet_libraries  # noqa: E402
+from kotune.training.trainer import make_trainer  # noqa: E402
+from kotune.training.arguments import training_arguments  # noqa: E402
 from tasks.splits import Split  # noqa: E402
 from tasks.collate import length_order  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Calibration's nn side (``train.calibrate``, kotune/calibration.py): fit a temperature (one for a
+"""Calibration's nn side (``train.calibrate``, kotune/calibration/fit.py): fit a temperature (one for a
 softmax head) or a Platt scaling per label (a sigmoid per label) by minimising the negative
 log-likelihood of held-out logits, and fold it into the head's last linear layer(s) so that the
 saved weights, and every export of them, give the calibrated probabilities with no extra code.

@@ -6,7 +6,7 @@ A head's loss is one or more terms, each a mean over its own items (span heads: 
 end position; the dependency head: the arc and the label; BERT pretraining: the masked tokens
 and the sentence pairs). A head gives each term's *sum* over a batch (``loss_sums``) and, from the
 labels alone, its item count (``loss_counts``). Trainer counts all micro-batches of an optimizer
-step before the first forward (kotune/trainer.py): the step's loss is then Σ sum / count, with
+step before the first forward (kotune/training/trainer.py): the step's loss is then Σ sum / count, with
 the counts of the whole step, and no micro-batch's mean is weighted as much as another's whatever
 its number of items (the mean of micro-batch means is not the batch mean)."""
 from __future__ import annotations

@@ -9,7 +9,7 @@ needed because the database numbers the trials: after ``ask()``, a trial that fi
 finished trials numbered below its own is surplus, is told failed and ends the worker; while trials
 below it are running that would make ``n_trials``, it waits (one may fail or go stale). A running
 trial beats a heartbeat; one whose worker was killed is marked failed by the next worker
-(``fail_stale_trials``) and replaced. A failed job (kotune.cli's worst score, ±1e9) stays in
+(``fail_stale_trials``) and replaced. A failed job (kotune.cli.main's worst score, ±1e9) stays in
 the study, so the sampler learns to avoid it, but does not count as done.
 
 Also: the search space is Hydra's override grammar (kotune/sweeps/search_space.py), checked against the

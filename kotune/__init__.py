@@ -12,11 +12,10 @@
 
 Importing the package is light (no torch): the API and the base classes load on first use, so that
 kotune.core (the ground floor every layer imports) never pulls the layers above it in. Importing it
-registers the config resolvers (``kotune.config``) that conf/ uses.
+registers the config resolvers (``kotune.cli.config``) that conf/ uses.
 """
 from __future__ import annotations
 
-from kotune import config  # noqa: F401  (registers ${kotune_lr:…} and ${kotune_mix_lr:…})
 from kotune.core.registry import register_exporter, register_head, register_runtime, register_task
 
 __all__ = ["train", "evaluate", "load", "Run", "Predictor", "Task", "TaskOption", "ClassificationTask", "TokenTask", "Head",

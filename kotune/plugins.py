@@ -11,7 +11,7 @@ A plug-in package's presets (``conf/task/<name>.yaml`` beside its module, or in 
 ``<package>.conf``) join kotune's config groups through Hydra's search path
 (hydra_plugins/kotune_searchpath.py). A checkpoint records the module its task came from
 (``meta.plugin``); loading it back needs that module loaded by one of the two ways above, else one
-line says which package to install (kotune/checkpoint.py).
+line says which package to install (kotune/loading/checkpoint.py).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import os
 import re
 import sys
 
-from kotune.config import CONF_DIR
+from kotune.cli.config import CONF_DIR
 from kotune.core.errors import ConfigError
 from kotune.core.log import warn
 

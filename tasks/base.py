@@ -102,7 +102,7 @@ class Task:
         self.default_columns: dict = dict(cfg.get("columns") or {})
         self.explicit_columns: set[str] = set()  # roles a data.<role>_column names (never looked up by name)
         self.explicit_column_names: dict = {}  # those settings: role → column(s)
-        # the columns a checkpoint's task read in training (kotune/build.py use_saved_columns): they
+        # the columns a checkpoint's task read in training (kotune/loading/build.py use_saved_columns): they
         # apply to a file that has them; a file in the preset's own format keeps the preset's
         self.checkpoint_columns: dict | None = None
         self.checkpoint_name: str = ""

@@ -1,5 +1,5 @@
 """How far a model's probabilities are from the frequencies they claim (``train.calibrate``,
-kotune/calibration.py): expected and maximum calibration error over equal-width confidence bins
+kotune/calibration/fit.py): expected and maximum calibration error over equal-width confidence bins
 (Guo et al., 2017), the Brier score and the negative log-likelihood. Pure functions of plain lists:
 ``probs`` a row of class probabilities per item, ``labels`` the gold class index of each item (a
 multi-label task's items are its (row, label) pairs, each a two-class row ``[1 - p, p]``)."""

@@ -88,7 +88,7 @@ class MultiLabelTask(ClassificationTask):
     multi_label = True
     # the decision is saved with the model: eval/predict of a checkpoint decide as its training did
     saved_options = {"regression": "error", "multi_label": "error", "threshold": "auto"}
-    # requested values that, for a checkpoint, mean what training resolved (kotune/build.py)
+    # requested values that, for a checkpoint, mean what training resolved (kotune/loading/build.py)
     checkpoint_resolves = {"threshold": (TUNE,)}
 
     def __init__(self, cfg):
@@ -206,7 +206,7 @@ class MultiLabelTask(ClassificationTask):
     def thresholds(self) -> list[float]:
         """Each label's threshold. ``tune`` decides with the thresholds tuned last: at each
         evaluation during training those tuned on the slice's predictions of the weights evaluated
-        (kotune/trainer.py), after training those of the weights kept; before any tuning at 0.5."""
+        (kotune/training/trainer.py), after training those of the weights kept; before any tuning at 0.5."""
         k = len(self.labels)
         if isinstance(self.threshold, list):
             if len(self.threshold) != k:

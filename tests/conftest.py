@@ -31,8 +31,8 @@ def shared_path(rel: str) -> Path:
 
 
 def compose(overrides: list[str]):
-    """A job's config as the command line composes it (kotune.overrides: checkpoint= included)."""
-    from kotune.overrides import compose as kotune_compose
+    """A job's config as the command line composes it (kotune.cli.overrides: checkpoint= included)."""
+    from kotune.cli.overrides import compose as kotune_compose
 
     return kotune_compose(overrides, str(ROOT / "conf"))
 
@@ -46,8 +46,8 @@ def cache_dir(tmp_path_factory) -> str:
 @pytest.fixture
 def run_job(tmp_path, cache_dir):
     """Run one job in-process: returns the results dict (also written to run_dir/results.json)."""
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     def _run(overrides: list[str], name: str = "job") -> dict:
         cfg = compose(overrides + [f"cache_dir={cache_dir}"])
@@ -68,7 +68,7 @@ def run_cli(args: list[str], timeout: int = 600, env: dict | None = None, cwd: P
 
 
 def run_cli_here(args: list[str]) -> subprocess.CompletedProcess:
-    """``run_cli(args)`` in this process: the command line's own entry point (``kotune.cli.run``,
+    """``run_cli(args)`` in this process: the command line's own entry point (``kotune.cli.main.run``,
     which ``run.py`` calls) on ``args``, its stdout, stderr and exit status returned as the
     subprocess's would be; sys.argv, os.environ and the root logger (Hydra configures it) are
     restored after. Seconds cheaper than a new interpreter, for checks that need no fresh process:
@@ -79,7 +79,7 @@ def run_cli_here(args: list[str]) -> subprocess.CompletedProcess:
 
     from hydra.core.global_hydra import GlobalHydra
 
-    from kotune.cli import run
+    from kotune.cli.main import run
 
     out, err, code = io.StringIO(), io.StringIO(), 0
     saved_argv, saved_env = sys.argv[:], dict(os.environ)
@@ -134,7 +134,7 @@ def assert_best_evaluation_kept(run_dir: Path, res: dict) -> None:
 def encoder_inputs(overrides: list[str], split: str) -> dict[str, list]:
     """What the encoder reads from ``split`` (its input ids, type ids and masks, row by row) in the
     run that ``overrides`` describe: two files give a model the same inputs, or not."""
-    from kotune.build import build
+    from kotune.loading.build import build
 
     features = build(compose(overrides), (split,)).features[split]
     return {c: features[c] for c in ("input_ids", "token_type_ids", "attention_mask") if c in features.column_names}

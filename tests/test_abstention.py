@@ -1,4 +1,4 @@
-"""Abstention (``predict.min_confidence``, kotune/abstention.py, tasks/abstention.py): coverage,
+"""Abstention (``predict.min_confidence``, kotune/calibration/abstention.py, tasks/abstention.py): coverage,
 risk and the risk–coverage curve against hand-computed values; a tiny text_cls run with p=0 (nothing
 abstains, results as the plain run), p=1 (everything abstains) and p in between (the abstained rows
 are exactly those under p in predictions.jsonl), the server's predictor answering ``abstained``,
@@ -46,7 +46,7 @@ def test_aurc_ranks_by_full_precision_not_the_rounded_probabilities():
 
     import numpy as np
 
-    from kotune.abstention import report
+    from kotune.calibration.abstention import report
     from tasks import build_task
 
     cfg = compose(["task=text_cls", "predict.min_confidence=0.5"])
@@ -68,8 +68,8 @@ def records(run_dir: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, cache_dir):
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     root = tmp_path_factory.mktemp("abstention")
@@ -155,7 +155,7 @@ def test_the_predictor_answers_abstained_as_predict_wrote(runs, cache_dir):
     ("sts", "is a regression"), ("multi_label", "is multi-label"), ("ner", "tags tokens"),
     ("mrc", "extracts an answer span"), ("dp", "parses")])
 def test_tasks_that_cannot_abstain_refuse_in_one_line(task, why):
-    from kotune.abstention import min_confidence
+    from kotune.calibration.abstention import min_confidence
     from kotune.core.errors import ConfigError
     from tasks import build_task
 
@@ -167,7 +167,7 @@ def test_tasks_that_cannot_abstain_refuse_in_one_line(task, why):
 
 @pytest.mark.parametrize("value", ["1.5", "-0.1", "high"])
 def test_a_threshold_outside_0_1_is_refused(value):
-    from kotune.abstention import min_confidence
+    from kotune.calibration.abstention import min_confidence
     from kotune.core.errors import ConfigError
     from tasks import build_task
 

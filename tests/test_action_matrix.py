@@ -114,8 +114,8 @@ LORA = {f"{task}+lora": (task, ["mode=lora"]) for task in LORA_TASKS}
 
 
 def job(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     return execute(compose(overrides + [f"cache_dir={cache_dir}"]), str(run_dir))
@@ -338,9 +338,9 @@ def native_predictions(trained, export: dict, out: Path) -> list[dict]:
     equal the kotune model's (1e-5, the real tokens of per-token heads)."""
     import transformers
 
-    from kotune.build import build, make_collator
-    from kotune.predict import predict, write_predictions
-    from kotune.trainer import make_trainer
+    from kotune.loading.build import build, make_collator
+    from kotune.inference.predict import predict, write_predictions
+    from kotune.training.trainer import make_trainer
 
     cfg = compose([*trained["options"], *TINY, f"checkpoint={trained['root'] / 'plain'}",
                    f"cache_dir={trained['cache']}"])
@@ -407,9 +407,9 @@ def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_
     import numpy as np
 
     from kotune.export.onnx import OnnxModel
-    from kotune.build import build, make_collator
-    from kotune.predict import BatchPredictor
-    from kotune.runtimes import torch_forward
+    from kotune.loading.build import build, make_collator
+    from kotune.inference.predict import BatchPredictor
+    from kotune.inference.model_runtimes import torch_forward
     from tasks.collate import in_order, length_order
 
     task, run = trained["task"], trained["root"] / "plain"
@@ -624,7 +624,7 @@ def test_embed_with_the_checkpoint(trained):
 def test_probe_reads_the_checkpoints_states_and_scores_what_its_table_says(trained):
     from heads.model.feature_cache import FeatureStore
     from heads.model.kotune_model import KotuneModel
-    from kotune.build import build
+    from kotune.loading.build import build
 
     task, run = trained["task"], trained["root"] / "probe"
     overrides = [*trained["options"], *TINY, "mode=frozen", "train.max_steps=2",
@@ -660,16 +660,16 @@ def test_probe_reads_the_checkpoints_states_and_scores_what_its_table_says(train
 
 def initial_encoders(monkeypatch) -> list[dict]:
     """The encoder of each training run started in this test, as it was before its first step."""
-    import kotune.trainer
+    import kotune.training.trainer
 
-    seen, make = [], kotune.trainer.make_trainer
+    seen, make = [], kotune.training.trainer.make_trainer
 
     def snapshot(cfg, b, run_dir, **options):
         seen.append({k: v.detach().clone() for k, v in b.model.encoder.state_dict().items()})
         return make(cfg, b, run_dir, **options)
 
     # action=train imports make_trainer when it runs (after the data is read): patched where it is defined
-    monkeypatch.setattr(kotune.trainer, "make_trainer", snapshot)
+    monkeypatch.setattr(kotune.training.trainer, "make_trainer", snapshot)
     return seen
 
 

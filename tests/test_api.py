@@ -188,8 +188,8 @@ def test_a_notebook_without_ipywidgets_gets_the_text_progress_bar(monkeypatch, w
     from transformers.trainer_callback import ProgressCallback
     from transformers.utils.notebook import NotebookProgressCallback
 
-    from kotune.runtime import quiet_libraries
-    from kotune.training_args import plain_progress
+    from kotune.devices import quiet_libraries
+    from kotune.training.arguments import plain_progress
 
     class Trainer:
         def __init__(self, *callbacks):

@@ -29,7 +29,7 @@ PAIR = {"text": "한 남자가 기타를 친다.", "text_pair": "사람이 악�
 @pytest.fixture(scope="module")
 def native(trained, tmp_path_factory) -> Path:
     """The trained checkpoint as a native export (action=export)."""
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     out = tmp_path_factory.mktemp("native") / "hf"
     cfg = compose(["action=export", f"checkpoint={trained}", f"export.dir={out}"])
@@ -40,7 +40,7 @@ def native(trained, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def onnx(trained, tmp_path_factory) -> Path:
     """The trained checkpoint as an ONNX export (action=export export.format=onnx)."""
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     out = tmp_path_factory.mktemp("onnx") / "onnx"
     cfg = compose(["action=export", f"checkpoint={trained}", f"export.dir={out}", "export.format=onnx"])
@@ -108,7 +108,7 @@ def test_a_model_folder_linked_out_of_the_run_directory_is_refused(trained, tmp_
 def test_a_file_linked_out_of_the_checkpoint_is_refused_with_or_without_its_manifest(trained, tmp_path, name):
     """A linked ``tokenizer.json`` or weights loaded as if they were the checkpoint's; with the
     manifest gone, ``tokenizer.json → /etc/passwd`` was opened and parsed."""
-    from kotune.checkpoint import read_spec
+    from kotune.loading.checkpoint import read_spec
 
     ck = copied(trained, tmp_path)
     outside = tmp_path / "outside" / os.path.basename(name)
@@ -169,7 +169,7 @@ def test_an_onnx_file_linked_out_of_its_export_is_refused(trained, tmp_path):
 
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
 def test_a_native_export_file_linked_out_of_it_is_refused(native, tmp_path, name):
-    from kotune.distill_teacher import native_side
+    from kotune.distill.teacher import native_side
 
     export = copied(native, tmp_path, "hf")
     shutil.move(str(export / name), tmp_path / name)

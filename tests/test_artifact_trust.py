@@ -27,8 +27,8 @@ CONF_TASK = ROOT / "conf" / "task"
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, cache_dir) -> Path:
     """A real tiny NLI checkpoint (one step on the shipped sample data): its run directory."""
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     run = tmp_path_factory.mktemp("trained") / "run"
     cfg = compose(["model=tiny", "data=sample", "train.max_steps=1", "train.batch_size=8", f"cache_dir={cache_dir}"])
@@ -155,7 +155,7 @@ def minimal_checkpoint(tmp_path: Path, task_options: dict, task: str = "token_cl
 ])
 def test_a_bad_task_option_is_refused_naming_it(tmp_path, options, key, why):
     from heads.model.artifact import ArtifactError
-    from kotune.checkpoint import checkpoint_overrides
+    from kotune.loading.checkpoint import checkpoint_overrides
 
     ck = minimal_checkpoint(tmp_path, options)
     with pytest.raises(ArtifactError) as e:
@@ -204,7 +204,7 @@ def test_weights_are_safetensors_and_no_file_names_code(trained, tmp_path, plant
     Python file, and no ``auto_map`` (transformers' pointer to code it would offer to run)."""
     from heads.model.artifact import ArtifactError
     from heads.model.kotune_model import KotuneModel
-    from kotune.checkpoint import read_spec
+    from kotune.loading.checkpoint import read_spec
 
     ck = tampered_checkpoint(trained, tmp_path, lambda spec: None)
     plant(ck / "model", str(tmp_path / "ran"))
@@ -217,7 +217,7 @@ def test_weights_are_safetensors_and_no_file_names_code(trained, tmp_path, plant
 
 def test_an_export_whose_config_names_code_is_refused(trained, tmp_path):
     from heads.model.artifact import ArtifactError
-    from kotune.checkpoint import read_spec
+    from kotune.loading.checkpoint import read_spec
 
     export = export_like(trained, tmp_path, lambda spec: None)
     assert read_spec(str(export))["format"] == "onnx"
@@ -231,7 +231,7 @@ def test_the_trained_checkpoint_passes_and_a_crafted_one_fails_where_the_model_l
     checkpoint_overrides): KotuneModel.load and OnnxModel refuse what read_spec refuses."""
     from heads.model.artifact import ArtifactError, check_export_spec
     from heads.model.kotune_model import KotuneModel
-    from kotune.checkpoint import read_spec
+    from kotune.loading.checkpoint import read_spec
 
     assert read_spec(str(trained))["meta"]["task"] == "nli"
     assert KotuneModel.spec(str(trained / "model"))["head"] == "sequence"
@@ -270,7 +270,7 @@ def test_the_trained_checkpoint_passes_and_a_crafted_one_fails_where_the_model_l
 ])
 def test_every_key_of_kotune_json_is_checked(trained, tmp_path, change, line):
     from heads.model.artifact import ArtifactError
-    from kotune.checkpoint import read_spec
+    from kotune.loading.checkpoint import read_spec
 
     ck = tampered_checkpoint(trained, tmp_path, change)
     with pytest.raises(ArtifactError) as e:

@@ -165,7 +165,7 @@ def test_a_file_altered_in_place_is_refused_on_load_naming_it(saved):
 def test_a_model_directory_missing_its_tokenizer_is_refused_in_one_line(saved, tmp_path, cache_dir):
     """Killed after kotune.json, before tokenizer.json (the issue): before, accepted as a model and a
     tokenizer traceback followed. The job fails in one line naming the file."""
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     os.remove(saved / "tokenizer.json")
     assert error_of(saved).startswith(f"{saved / 'tokenizer.json'}: missing, the manifest lists it")
@@ -191,7 +191,7 @@ def test_a_save_killed_between_its_two_renames_is_put_back_on_load(saved):
     """Where the two directories cannot be exchanged in one step, the old one is renamed aside before
     the new one takes its name: a kill between the two leaves no model/; the next load restores the
     whole one (the new one when its manifest was written, else the old one)."""
-    from kotune.checkpoint import checkpoint_model_dir
+    from kotune.loading.checkpoint import checkpoint_model_dir
 
     before = logits(saved)
     os.rename(saved, saved.parent / f"model.old-{dead_pid()}")
@@ -226,7 +226,7 @@ def test_a_rerun_never_shows_the_earlier_results_beside_its_outputs_and_clears_d
     that was killed. A job removes the earlier results.json when it starts; a dead run's temporary
     files and staging directories are removed, a live process's are not."""
     from kotune.actions import ACTIONS
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     run = tmp_path / "run"
     run.mkdir()
@@ -257,7 +257,7 @@ def test_a_rerun_never_shows_the_earlier_results_beside_its_outputs_and_clears_d
 
 # ---- exports ------------------------------------------------------------------------------------
 def export(checkpoint: Path, out: Path, cache_dir: str, *extra: str) -> dict:
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     return execute(compose(["task=text_cls", "model=tiny", "action=export", f"checkpoint={checkpoint}",
                             f"export.dir={out}", f"cache_dir={cache_dir}", *extra]),

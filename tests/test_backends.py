@@ -42,7 +42,7 @@ def test_kotune_registers_its_formats_and_runtimes():
     from kotune.export.onnx import OnnxModel
     from kotune.actions.export import exporter_for
     from kotune.api.native import NativeModel
-    from kotune.runtimes import runtime_of
+    from kotune.inference.model_runtimes import runtime_of
 
     assert type(exporter_for(export_cfg())).__name__ == "NativeExporter"
     assert {"native", "onnx"} <= set(EXPORTERS)
@@ -151,8 +151,8 @@ def test_an_exporter_summary_needs_no_export_dir_and_the_card_is_the_formats_own
 def test_a_plugin_runtime_runs_its_model_through_a_batch_predictor(registered, monkeypatch):
     import numpy as np
 
-    from kotune import predict
-    from kotune.runtimes import runtime_of
+    from kotune.inference import predict
+    from kotune.inference.model_runtimes import runtime_of
 
     @registered(RUNTIMES, "doubling")
     class Doubling(kotune.Runtime):

@@ -229,7 +229,7 @@ def test_a_value_of_the_wrong_type_is_one_line_before_any_data_is_read(override,
 
 
 def test_values_of_the_right_type_pass_the_check():
-    from kotune.overrides import bad_override
+    from kotune.cli.overrides import bad_override
 
     assert bad_override(["train.epochs=1.5", "train.learning_rate=1e-3", "train.seed=null", "train.max_steps=10",
                          "train.select_best=true", "train.max_length=${train.batch_size}"]) is None

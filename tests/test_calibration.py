@@ -90,7 +90,7 @@ def test_the_temperature_is_fitted_on_the_calibrate_slice_and_measured_on_valida
 
     from conftest import compose
     from heads.sequence import SequenceHead
-    from kotune.calibration import calibrate
+    from kotune.calibration.fit import calibrate
 
     g = torch.Generator().manual_seed(0)
 
@@ -249,7 +249,7 @@ def test_an_unknown_method_is_refused(run_job):
 
 
 def test_a_held_out_slice_too_small_to_fit_on_is_refused_in_one_line_before_training(run_job):
-    from kotune.calibration import MIN_HELD_OUT
+    from kotune.calibration.fit import MIN_HELD_OUT
 
     res = run_job(["task=text_cls", *TINY, "train.calibrate=temperature", "train.calibrate_fraction=0.1"], "small")
     assert res["status"] == "failed" and "\n" not in res["error"] and res.get("train_loss") is None

@@ -46,8 +46,8 @@ def column_overrides(task: str) -> list[str]:
 
 
 def execute(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
-    from kotune.job import execute as run
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute as run
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     return run(compose(overrides + [f"cache_dir={cache_dir}"]), str(run_dir))

@@ -1,4 +1,4 @@
-"""The ``kotune`` console command (pyproject's [project.scripts], kotune/console.py) is ``python run.py``:
+"""The ``kotune`` console command (pyproject's [project.scripts], kotune/cli/console.py) is ``python run.py``:
 the same arguments give the same config, it runs a job, and it sets OMP_WAIT_POLICY before torch
 loads; ``kotune report DIR`` is ``python report.py DIR``."""
 from __future__ import annotations
@@ -32,7 +32,7 @@ def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_the_entry_point_is_a_package_function():
     (entry,) = [e for e in metadata.entry_points(group="console_scripts") if e.name == "kotune"]
-    assert entry.value == "kotune.console:main"
+    assert entry.value == "kotune.cli.console:main"
 
 
 def test_kotune_and_python_run_py_compose_the_same_config(tmp_path):
@@ -56,7 +56,7 @@ def test_kotune_runs_a_job_where_python_run_py_would(tmp_path):
 @pytest.mark.parametrize("given, seen", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
 def test_the_entry_point_sets_omp_wait_policy_before_torch_loads(tmp_path, given, seen):
     """The value torch reads when it loads: the entry point's default, or the user's own. ``--cfg job``
-    answers before anything loads torch (kotune.cli imports none of it): the import after it, in
+    answers before anything loads torch (kotune.cli.main imports none of it): the import after it, in
     the same process, is then the first, and must see what the entry point set."""
     probe = textwrap.dedent("""
         import os, sys

@@ -93,7 +93,7 @@ def assert_the_bi_encoder_trains(task, examples, model, tokenizer) -> None:
 
 
 def test_train_eval_and_predict_write_one_schema(run_job, tmp_path):
-    from kotune.predict import REPORT_KEYS
+    from kotune.inference.predict import REPORT_KEYS
 
     trained = run_job(["task=nli", "model=tiny", "data=sample", "train.max_steps=3"], "train")
     evaluated = run_job(["task=nli", "model=tiny", "data=sample", "action=eval",
@@ -130,7 +130,7 @@ def test_an_unexpected_error_leaves_its_traceback_in_the_run_dir(tmp_path, monke
     import json
 
     from kotune.actions import ACTIONS
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     def boom(cfg, run_dir):
         raise RuntimeError("kaboom")

@@ -31,7 +31,7 @@ def rows(logits: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("kind", ["classes", "sigmoid", "regression"])
 def test_per_example_soft_targets_vanish_only_at_the_teachers_logits(kind):
-    from heads.distill_loss import soft_target_count, soft_target_sum
+    from heads.distill.loss import soft_target_count, soft_target_sum
 
     torch.manual_seed(0)
     width = 1 if kind == "regression" else 3
@@ -44,7 +44,7 @@ def test_per_example_soft_targets_vanish_only_at_the_teachers_logits(kind):
 
 
 def test_the_classes_loss_is_hintons_t_squared_kl():
-    from heads.distill_loss import soft_target_sum
+    from heads.distill.loss import soft_target_sum
 
     student, teacher, t = torch.tensor([[1.0, 0.0, -1.0]]), torch.tensor([[0.0, 2.0, 0.5]]), 3.0
     p = torch.softmax(teacher / t, -1)
@@ -67,7 +67,7 @@ def test_token_sigmoid_and_span_losses_are_t_squared_kl_by_hand():
     """Each soft-target loss keeps Hinton's T² (the soft gradients' scale as T changes), checked
     against KLs computed by hand at T = 2: per labelled position (token), per label's two outcomes
     (sigmoid), over the start and the end positions, half each (span)."""
-    from heads.distill_loss import soft_target_sum
+    from heads.distill.loss import soft_target_sum
 
     t = 2.0
     # token: two positions, the second unlabelled (skipped)
@@ -91,7 +91,7 @@ def test_token_sigmoid_and_span_losses_are_t_squared_kl_by_hand():
 
 
 def test_token_soft_targets_count_labelled_positions_only():
-    from heads.distill_loss import soft_target_count, soft_target_sum
+    from heads.distill.loss import soft_target_count, soft_target_sum
 
     torch.manual_seed(0)
     teacher = torch.randn(2, 5, 4)
@@ -106,7 +106,7 @@ def test_token_soft_targets_count_labelled_positions_only():
 
 
 def test_span_soft_targets_read_real_positions_of_answered_rows():
-    from heads.distill_loss import soft_target_sum
+    from heads.distill.loss import soft_target_sum
     from heads.span import MASKED
 
     torch.manual_seed(0)
@@ -125,7 +125,7 @@ def test_span_soft_targets_read_real_positions_of_answered_rows():
 
 # ---- students --------------------------------------------------------------------------------
 def test_attention_loss_counts_real_queries_and_vanishes_at_the_teachers_maps():
-    from heads.distill_loss import attention_sum
+    from heads.distill.loss import attention_sum
 
     torch.manual_seed(0)
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
@@ -147,8 +147,8 @@ def test_a_student_identical_to_its_teacher_has_no_attention_loss_with_dropout_o
 
     from transformers import BertConfig, BertModel
 
-    from heads.distill_loss import attention_sum
-    from kotune.distill_trainer import AttentionMaps
+    from heads.distill.loss import attention_sum
+    from kotune.distill.trainer import AttentionMaps
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
@@ -177,7 +177,7 @@ def test_one_process_on_several_gpus_is_refused_in_one_line():
     from types import SimpleNamespace
 
     from kotune.core.errors import ConfigError
-    from kotune.distill_trainer import DistillLoss, DistillTrainer
+    from kotune.distill.trainer import DistillLoss, DistillTrainer
 
     with pytest.raises(ConfigError, match="torchrun --nproc_per_node=2") as e:
         DistillTrainer.use(SimpleNamespace(args=SimpleNamespace(n_gpu=2)), DistillLoss("classes", 2.0, 0.5))
@@ -185,7 +185,7 @@ def test_one_process_on_several_gpus_is_refused_in_one_line():
 
 
 def test_layer_choices():
-    from heads.model.student import choose_layers
+    from heads.distill.student import choose_layers
     from kotune.core.errors import ConfigError
 
     assert choose_layers("spread", 12, 6) == [0, 2, 4, 7, 9, 11]  # DistilBERT's extraction
@@ -200,7 +200,7 @@ def test_layer_choices():
 def test_copied_layers_are_the_teachers():
     from transformers import BertConfig, BertModel
 
-    from heads.model.student import copy_layers, narrow_encoder
+    from heads.distill.student import copy_layers, narrow_encoder
 
     torch.manual_seed(0)
     teacher = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
@@ -220,7 +220,7 @@ def test_copied_layers_are_the_teachers():
 # ---- runs -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory, cache_dir) -> dict:
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     root = tmp_path_factory.mktemp("distill")
     res = execute(compose(["task=text_cls", *TINY, f"cache_dir={cache_dir}"]), str(root / "teacher"))
@@ -267,7 +267,7 @@ def test_teacher_logits_are_computed_once_and_are_the_teachers(run_job, teacher,
     builds = []
     real_build = feature_cache._build
     monkeypatch.setattr(feature_cache, "_build", lambda *a, **k: builds.append(1) or real_build(*a, **k))
-    import heads.model.teacher_cache as teacher_cache
+    import heads.distill.teacher_cache as teacher_cache
 
     monkeypatch.setattr(teacher_cache, "_build", feature_cache._build)
     first = distil(run_job, teacher, "distill.student_layers=1", "distill.temperature=3", name="a")
@@ -277,7 +277,7 @@ def test_teacher_logits_are_computed_once_and_are_the_teachers(run_job, teacher,
     assert len(builds) <= 1 and second["train_loss"] != first["train_loss"]
     store = FeatureStore(first["distill"]["cache"]["splits"]["train"]["path"])
     model = KotuneModel.load(str(teacher["dir"] / "model")).eval()
-    from kotune.build import build
+    from kotune.loading.build import build
 
     b = build(compose(["task=text_cls", "data=sample", f"checkpoint={teacher['dir']}",
                        f"cache_dir={first['config']['cache_dir']}"]), ("train",))
@@ -344,7 +344,7 @@ def test_bad_inputs_are_refused_in_one_line(run_job, teacher, tmp_path):
 
 
 def test_token_and_span_students(run_job, tmp_path_factory, cache_dir):
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     root = tmp_path_factory.mktemp("distill_heads")
     for task in ("ner", "qa"):

@@ -464,8 +464,8 @@ def run_command(command: str, spec: dict, runs: dict, folder: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, cache_dir) -> dict:
     """The tiny runs a page's ``checkpoint=RUN`` stands for: text_cls (the README's own-CSV command) and NER."""
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     from conftest import compose
 

@@ -1,5 +1,5 @@
 """Few-shot classification: ``data.examples_per_class=N`` (tasks/few_shot.py: a seeded sample of N
-rows per class) and ``mode=setfit`` (kotune/setfit.py: the encoder's contrastive stage on pairs of
+rows per class) and ``mode=setfit`` (kotune/training/setfit.py: the encoder's contrastive stage on pairs of
 the few rows with the setfit package, then the head on its fixed embedding), an ordinary kotune run."""
 from __future__ import annotations
 
@@ -117,8 +117,8 @@ def test_the_setfit_head_is_one_linear_layer_at_setfits_rate_and_l2(cache_dir, t
     so none that starts from BERT's pooler; no tanh, no dropout), AdamW at head_learning_rate 1e-2
     and l2_weight 0.01, the body frozen."""
     from conftest import compose
-    from kotune.build import build
-    from kotune.trainer import make_trainer
+    from kotune.loading.build import build
+    from kotune.training.trainer import make_trainer
 
     cfg = compose([*FEW, "mode=setfit", f"cache_dir={cache_dir}"])
     assert cfg.train.learning_rate == pytest.approx(1e-2) and cfg.train.weight_decay == pytest.approx(0.01)

@@ -184,8 +184,8 @@ def test_a_fold_selects_on_the_fold_it_reports_and_says_so(run_job, tmp_path):
 def test_inner_selection_holds_a_slice_of_the_training_folds_out(run_job, tmp_path):
     """data.fold_selection=inner: the checkpoint is selected on a seeded slice of the training folds
     (data.inner_split), held out of training; the validation fold is only scored."""
-    from kotune.build import build
-    from kotune.trainer import make_trainer
+    from kotune.loading.build import build
+    from kotune.training.trainer import make_trainer
 
     res = run_job([*SAMPLE_CV, "data.fold_selection=inner", "data.inner_split=0.2"], "inner")
     assert res["status"] == "ok", res.get("error")

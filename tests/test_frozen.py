@@ -18,8 +18,8 @@ TINY = ["model=tiny", "data=sample", "save_predictions=false"]
 
 def job(overrides: list[str], run_dir: Path, cache_dir: Path) -> dict:
     """One in-process run with its own cache directory (the cache's hits and misses are the point)."""
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     cfg = compose(overrides + [f"cache_dir={cache_dir}"])
     quiet_libraries()

@@ -11,8 +11,8 @@ import torch
 from transformers import TrainerCallback
 
 import kotune.actions.pretrain
-import kotune.rtd_trainer
-import kotune.trainer
+import kotune.training.rtd_trainer
+import kotune.training.trainer
 from test_pretrain import TINY, corpus, documents_corpus
 
 NO_DROPOUT = ["model.config_overrides.hidden_dropout_prob=0", "model.config_overrides.attention_probs_dropout_prob=0",
@@ -46,9 +46,9 @@ def recorded(monkeypatch) -> list:
 
         return Recording
 
-    monkeypatch.setattr(kotune.trainer, "KotuneTrainer", recording(kotune.trainer.KotuneTrainer))
-    monkeypatch.setattr(kotune.actions.pretrain, "PretrainingTrainer", recording(kotune.trainer.PretrainingTrainer))
-    monkeypatch.setattr(kotune.actions.pretrain, "RTDTrainer", recording(kotune.rtd_trainer.RTDTrainer))
+    monkeypatch.setattr(kotune.training.trainer, "KotuneTrainer", recording(kotune.training.trainer.KotuneTrainer))
+    monkeypatch.setattr(kotune.actions.pretrain, "PretrainingTrainer", recording(kotune.training.trainer.PretrainingTrainer))
+    monkeypatch.setattr(kotune.actions.pretrain, "RTDTrainer", recording(kotune.training.rtd_trainer.RTDTrainer))
     return trainers
 
 

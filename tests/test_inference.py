@@ -84,8 +84,8 @@ def test_token_batches_keep_the_budget_and_every_row_once_in_order():
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory, cache_dir):
     """A tiny model trained briefly on the demo set (enough that its labels are not all one class)."""
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     root = tmp_path_factory.mktemp("inference")
@@ -96,8 +96,8 @@ def demo(tmp_path_factory, cache_dir):
 
 
 def test_a_small_token_budget_splits_batches_and_changes_no_output(demo):
-    from kotune.build import build
-    from kotune.predict import BatchPredictor, batch_predictor, predict_logits
+    from kotune.loading.build import build
+    from kotune.inference.predict import BatchPredictor, batch_predictor, predict_logits
 
     cfg = compose([*DEMO, f"checkpoint={demo['run']}", f"cache_dir={demo['cache']}", "predict.batch_tokens=96"])
     b = build(cfg, ("validation",))
@@ -190,9 +190,9 @@ def test_serve_load_and_rerank_run_the_one_forward(demo, counted, run_job, tmp_p
 
 
 def test_embed_and_the_teachers_logits_run_the_one_forward(demo, counted, run_job, tmp_path):
-    from heads.model.teacher_cache import TeacherCacheSettings, cached_teacher_logits, kotune_teacher
+    from heads.distill.teacher_cache import TeacherCacheSettings, cached_teacher_logits, kotune_teacher
     from heads.model.inference import resolve
-    from kotune.build import build
+    from kotune.loading.build import build
 
     texts = tmp_path / "texts.txt"
     texts.write_text("좋은 하루\n나쁜 말\n", encoding="utf-8")
@@ -223,7 +223,7 @@ def test_onnx_providers_follow_the_device(monkeypatch, capsys):
 
     from heads.model.inference import Inference
     from kotune.core.errors import ConfigError
-    from kotune.runtimes import onnx_run_on
+    from kotune.inference.model_runtimes import onnx_run_on
 
     def model():
         return types.SimpleNamespace(path="m.onnx", options=None, file="model.onnx",

@@ -71,12 +71,12 @@ def test_the_sweeper_stack_is_the_tested_one():
 
 def test_run_and_report_are_not_installed_as_top_level_modules(tmp_path):
     """Outside the repository ``import run`` / ``import report`` find nothing (pyproject has no
-    py-modules); the package's kotune.console and kotune.reporting are what the console command runs."""
+    py-modules); the package's kotune.cli.console and kotune.reporting are what the console command runs."""
     try:
         metadata.distribution("kotune")
     except metadata.PackageNotFoundError:
         pytest.skip("kotune is not installed")
-    probe = "import importlib.util as u; print([m for m in ('run', 'report', 'kotune.console', 'kotune.reporting') if u.find_spec(m)])"
+    probe = "import importlib.util as u; print([m for m in ('run', 'report', 'kotune.cli.console', 'kotune.reporting') if u.find_spec(m)])"
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "['kotune.console', 'kotune.reporting']"
+    assert proc.stdout.strip() == "['kotune.cli.console', 'kotune.reporting']"

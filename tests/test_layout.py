@@ -2,7 +2,9 @@
 imports point down (kotune → heads → tasks), tasks never build modules (no torch.nn, no nn.Module
 subclass, no transformers model class in tasks/), heads never read files (file reads in heads/ only
 where model directories and the frozen feature cache are saved and loaded, and no reader of tasks/),
-each action is one file of kotune/actions, and kotune's modules stay small."""
+each action is one file of kotune/actions, kotune's modules stay small, kotune/'s top level holds
+few modules (a family of modules gets a folder named for it, and a module named for a folder's
+feature lives in that folder), and the ground floor kotune.core imports without climbing."""
 from __future__ import annotations
 
 import ast
@@ -231,3 +233,66 @@ def test_heads_never_read_files_outside_model_directories_and_the_feature_cache(
     for path in sorted((ROOT / "heads").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
         assert not file_reads(path, rel), f"{rel}: {file_reads(path, rel)}"
+
+
+# ---- one room per feature; the ground floor inside kotune/ --------------------------------------
+MAX_KOTUNE_TOP_LEVEL = 8  # kotune/'s own modules beside its folders (__init__.py counted)
+
+
+def misplaced_feature_modules(package: Path) -> list[str]:
+    """Modules of ``package`` named for one of its feature folders that live outside it: at the top
+    level, ``distill.py`` or ``distill_teacher.py`` beside ``distill/``; in another folder,
+    ``distill_teacher.py`` (a folder's own part named for what it does there, such as
+    ``embeddings/export.py``, stays). kotune/actions/ is exempt (one file per action)."""
+    folders = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if rel.parts[0] == "actions" or path.stem == "__init__":
+            continue
+        for feature in folders:
+            named = path.stem.startswith(feature + "_") or (path.stem == feature and len(rel.parts) == 1)
+            if named and rel.parts[0] != feature:
+                found.append(f"{package.name}/{rel.as_posix()} belongs in {package.name}/{feature}/")
+    return found
+
+
+def test_kotune_top_level_holds_few_modules_and_each_feature_its_folder():
+    top = sorted(p.name for p in (ROOT / "kotune").glob("*.py"))
+    assert len(top) <= MAX_KOTUNE_TOP_LEVEL, top
+    for package in ("kotune", "heads"):
+        assert misplaced_feature_modules(ROOT / package) == []
+
+
+def test_the_feature_folder_check_finds_a_stray_module(tmp_path):
+    (tmp_path / "distill").mkdir()
+    (tmp_path / "distill" / "__init__.py").write_text("")
+    (tmp_path / "distill" / "teacher.py").write_text("")
+    (tmp_path / "distill_trainer.py").write_text("")
+    (tmp_path / "actions").mkdir()
+    (tmp_path / "actions" / "distill.py").write_text("")
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "__init__.py").write_text("")
+    (tmp_path / "export" / "distill.py").write_text("")  # export's own part: stays
+    (tmp_path / "export" / "distill_cache.py").write_text("")
+    assert misplaced_feature_modules(tmp_path) == [
+        f"{tmp_path.name}/distill_trainer.py belongs in {tmp_path.name}/distill/",
+        f"{tmp_path.name}/export/distill_cache.py belongs in {tmp_path.name}/distill/"]
+
+
+def test_the_ground_floor_imports_without_climbing():
+    """kotune.core lives inside kotune/ (the package name users import), the documented exception
+    to "tasks and heads import nothing of kotune": importing every module of tasks/ and heads/
+    loads kotune's __init__ and its ground floor, nothing above them (kotune/__init__.py imports
+    only kotune.core; its API loads on first use)."""
+    import subprocess
+    import sys
+
+    modules = [name for name in project_modules() if name.split(".")[0] in ("tasks", "heads")]
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "print(sorted(m for m in sys.modules if m == 'kotune' or m.startswith('kotune.')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own subprocess's printed list
+    assert loaded and all(m == "kotune" or m == FLOOR or m.startswith(FLOOR + ".") for m in loaded), loaded

@@ -24,7 +24,7 @@ def one_line_error(res: dict) -> str:
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory, cache_dir):
     """One LoRA run on RE with KLUE's entity markers (four new vocabulary rows), saved."""
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     root = tmp_path_factory.mktemp("lora")
     cfg = compose([*RE, *TINY, "mode=lora", f"cache_dir={cache_dir}"])
@@ -122,8 +122,8 @@ def test_export_refuses_a_merge_that_cannot_be_exact(lora_run, run_job, tmp_path
 # ---- train.layer_lr_decay ----------------------------------------------------------------------
 def group_rates(overrides: list[str], cache_dir: str, run_dir: str) -> dict[str, tuple[float, float]]:
     """Parameter name → (learning rate, weight decay) of the optimizer group that holds it."""
-    from kotune.build import build
-    from kotune.trainer import make_trainer
+    from kotune.loading.build import build
+    from kotune.training.trainer import make_trainer
 
     cfg = compose(["task=nli", *TINY, "train.learning_rate=1e-3", "train.weight_decay=0.01", *overrides,
                    f"cache_dir={cache_dir}"])
@@ -158,4 +158,4 @@ def test_layer_decay_refuses_frozen_and_out_of_range(run_job):
     error = one_line_error(run_job(["task=nli", *TINY, "mode=frozen", "train.layer_lr_decay=0.8"]))
     assert "mode=frozen trains only the head" in error
     error = one_line_error(run_job(["task=nli", *TINY, "train.layer_lr_decay=1.5"], "range"))
-    assert error.startswith("train.layer_lr_decay=1.5") and "in (0, 1]" in error  # the ranges table (kotune/train_ranges.py)
+    assert error.startswith("train.layer_lr_decay=1.5") and "in (0, 1]" in error  # the ranges table (kotune/training/ranges.py)

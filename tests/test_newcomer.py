@@ -35,7 +35,7 @@ COLUMNS = ["data.text_column=review", "data.label_column=sentiment"]
 
 # ---- 1. a label typo -------------------------------------------------------------------------
 def test_a_far_rarer_label_is_warned_of_with_its_row_and_closest_label(tmp_path, capsys, cache_dir):
-    from kotune.build import build
+    from kotune.loading.build import build
 
     typo = reviews(tmp_path / "typo.tsv", typo_rows())
     build(compose(["task=text_cls", "model=tiny", f"data.train_file={typo}", "data.validation_split=0.2",
@@ -48,7 +48,7 @@ def test_a_far_rarer_label_is_warned_of_with_its_row_and_closest_label(tmp_path,
 
 
 def test_labels_of_like_counts_are_not_warned_of(tmp_path, capsys, cache_dir):
-    from kotune.build import build
+    from kotune.loading.build import build
 
     clean = reviews(tmp_path / "clean.tsv", [r for r in typo_rows() if r[1] != "긍졍"])
     build(compose(["task=text_cls", "model=tiny", f"data.train_file={clean}", "data.validation_split=0.2",
@@ -70,7 +70,7 @@ def test_rare_label_rule():
 
 
 def test_multi_label_rare_label_is_warned_of(tmp_path, capsys, cache_dir):
-    from kotune.build import build
+    from kotune.loading.build import build
 
     rows = [("text", "labels")] + [(f"좋아요 {i}", "a,b" if i % 2 else "a") for i in range(100)] + [("이상해", "a,bb")]
     path = tmp_path / "ml.tsv"
@@ -91,7 +91,7 @@ def test_data_labels_refuses_any_other_label_naming_file_and_row(tmp_path):
 
 
 def test_data_labels_orders_the_models_classes(tmp_path, cache_dir):
-    from kotune.build import build
+    from kotune.loading.build import build
 
     clean = reviews(tmp_path / "clean.tsv", [r for r in typo_rows(10) if r[1] != "긍졍"])
     b = build(compose(["task=text_cls", "model=tiny", f"data.train_file={clean}", "data.validation_split=0.2",
@@ -151,8 +151,8 @@ TINY = ["task=text_cls", "model=tiny", "train.max_steps=2"]
 def runs(tmp_path_factory, cache_dir) -> dict:
     """Two tiny runs on copies of the text_cls sample: one scored on a dev file, one on a held-out
     share of its training file (a seed of its own)."""
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     root = tmp_path_factory.mktemp("newcomer")

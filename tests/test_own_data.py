@@ -32,8 +32,8 @@ def sample_rows(split: str) -> list[list[str]]:
 
 
 def job(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     return execute(compose(overrides + [f"cache_dir={cache_dir}"]), str(run_dir))
@@ -179,7 +179,7 @@ def test_a_header_without_rows_says_no_rows(tmp_path):
     (["task=text_cls", "data.text_column=sentence", "+data.extra=1", "model.config_overrides.hidden_size=64"], None),
 ])
 def test_a_key_the_config_lacks_is_one_line_naming_the_closest(argv, line):
-    from kotune.overrides import bad_override, job_overrides
+    from kotune.cli.overrides import bad_override, job_overrides
 
     assert bad_override(job_overrides(argv)) == line
 
@@ -201,7 +201,7 @@ def test_predicted_entities_group_tags_as_the_simple_pipeline_does():
 def test_the_checkpoints_presets_and_task_options_come_first_and_the_users_win(tmp_path):
     """A character tagger trained frozen: its task, model, mode and options are put before the user's
     overrides; a task option or preset the user names is theirs (a conflict is then build's one line)."""
-    from kotune.checkpoint import checkpoint_overrides
+    from kotune.loading.checkpoint import checkpoint_overrides
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "kotune.json").write_text(json.dumps({"head": "token_char", "frozen": True, "meta": {

@@ -91,8 +91,8 @@ def dev_file(setup: str) -> Path:
 
 # ---- one trained run per task -------------------------------------------------------------------
 def run(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     return execute(compose(overrides + [f"cache_dir={cache_dir}"]), str(run_dir))
@@ -168,10 +168,10 @@ def test_token_tasks_predict_plain_text_one_sentence_per_line(setup, join, train
 # ---- what "auto" found in training decodes an unlabelled file; malformed files ------------------
 def reloaded(task_name: str, trained_task) -> object:
     """A fresh task as action=predict builds it from a checkpoint of ``trained_task``."""
-    from kotune.checkpoint_fit import task_for_checkpoint
+    from kotune.loading.reconcile import task_for_checkpoint
     from tasks import build_task
 
-    meta = {"labels": trained_task.labels,  # what kotune/build.py saves with the model
+    meta = {"labels": trained_task.labels,  # what kotune/loading/build.py saves with the model
             "task_options": {k: trained_task.cfg.get(k) for k in trained_task.saved_options}}
     return task_for_checkpoint(build_task(compose([f"task={task_name}"]).task), meta, "ckpt")
 

@@ -109,7 +109,7 @@ def test_klue_markers_need_the_tokens_in_the_tokenizer():
 
 
 def test_a_frozen_encoder_warns_that_added_markers_keep_random_embeddings(tmp_path, caplog):
-    from kotune.build import load_encoder_side
+    from kotune.loading.build import load_encoder_side
 
     texts = ["<subj>세종</subj>은 <obj>한양</obj>에서 태어났다."] * 4
     for mode, warned in (("frozen", True), ("finetune", False)):

@@ -97,8 +97,8 @@ def test_select_best_keeps_the_best_evaluation(run_job, tmp_path):
 
 
 def test_the_scalar_mix_has_its_own_learning_rate(cache_dir, tmp_path):
-    from kotune.build import build
-    from kotune.trainer import make_trainer
+    from kotune.loading.build import build
+    from kotune.training.trainer import make_trainer
 
     cfg = compose(["task=nli", "model=tiny", "data=sample", "mode.layers=scalar_mix",
                    "train.mix_learning_rate=0.05", f"cache_dir={cache_dir}"])

@@ -284,7 +284,7 @@ def test_python_report_py_is_the_same_command(matrix, tmp_path):
 
 
 def test_calibrated_runs_get_one_reliability_diagram_per_row_from_their_pooled_bins(tmp_path, capsys, monkeypatch):
-    from kotune import calibration
+    from kotune.calibration import fit as calibration
     from tasks.calibration_metrics import ece, reliability_bins, softmax
 
     d = tmp_path / "cal"

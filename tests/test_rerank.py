@@ -75,8 +75,8 @@ def pair_models(tmp_path_factory, cache_dir):
     """A tiny text_pair (duplicate / not_duplicate) and a tiny sts (regression) run, each exported natively and to ONNX."""
     from conftest import compose
 
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     root = tmp_path_factory.mktemp("rerank")
@@ -96,7 +96,7 @@ def pair_models(tmp_path_factory, cache_dir):
 def reranked(root: Path, checkpoint: Path, name: str, *extra: str) -> dict:
     from conftest import compose
 
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     return execute(compose(["action=rerank", f"checkpoint={checkpoint}", f"rerank.query={QUERY}",
                             f"rerank.candidates={root / 'cands.txt'}", *extra]), str(root / name))
@@ -136,7 +136,7 @@ def test_the_scores_are_what_predict_gives_the_pairs(pair_models, tmp_path):
                              for c in CANDIDATES), encoding="utf-8")
     from conftest import compose
 
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     predicted = execute(compose(["action=predict", f"checkpoint={runs['text_pair']}", f"data.predict_file={pairs}"]),
                         str(tmp_path / "predict"))
@@ -156,7 +156,7 @@ def test_a_queries_file_ranks_each_query_and_a_bad_row_is_named(pair_models, tmp
     queries.write_text(f"query\n{QUERY}\n감기 걸리면 샤워해도 되나요?\n", encoding="utf-8")
     from conftest import compose
 
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     res = execute(compose(["action=rerank", f"checkpoint={runs['sts']}", f"rerank.queries={queries}",
                            f"rerank.candidates={root / 'cands.txt'}"]), str(tmp_path / "many"))

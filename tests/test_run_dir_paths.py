@@ -1,7 +1,7 @@
 """Every run directory kotune writes loads by its path, as the command line and the Python API
 take it: a fold's (``…/fold=0``) and a sweep job's (``…/0_lr=0.000343,bs=16``) have ``=`` and ``,``
-in their names, which Hydra's override grammar reads as syntax (kotune/overrides.py quote_paths);
-quoted or escaped as Hydra writes them, the checkpoint still lends its task (kotune/checkpoint.py)."""
+in their names, which Hydra's override grammar reads as syntax (kotune/cli/overrides.py quote_paths);
+quoted or escaped as Hydra writes them, the checkpoint still lends its task (kotune/loading/checkpoint.py)."""
 from __future__ import annotations
 
 import json
@@ -79,7 +79,7 @@ def test_every_action_reading_a_checkpoint_composes_with_a_fold_directory(run_di
 
 
 def test_a_sweep_over_checkpoints_stays_a_sweep(run_dirs):
-    from kotune.overrides import quote_paths
+    from kotune.cli.overrides import quote_paths
     from kotune.sweeps.naming import swept_keys
 
     a, b = (str(run_dirs[n]) for n in ("fold=0", "0_lr=0.000343,bs=16"))

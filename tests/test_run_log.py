@@ -1,6 +1,6 @@
 """A command-line job's ``run.log`` holds kotune's log as the console shows it: the ``[kotune]``
 lines, the closing table, the error line of a failed job (kotune/core/log.py run_log and say,
-kotune/cli.py), masked as every log line is (kotune/core/redact.py); each job of a multirun its own."""
+kotune/cli/main.py), masked as every log line is (kotune/core/redact.py); each job of a multirun its own."""
 from __future__ import annotations
 
 import pytest

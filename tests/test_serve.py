@@ -24,8 +24,8 @@ N_REQUESTS = 64
 
 
 def job(overrides: list[str], run_dir: Path, cache_dir: str) -> dict:
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     res = execute(compose(overrides + [f"cache_dir={cache_dir}"]), str(run_dir))
@@ -54,9 +54,9 @@ def test_onnx_logits_equal_kotunes_on_the_demo_dev_set_and_int8_agrees(demo):
     import numpy as np
 
     from kotune.export.onnx import OnnxModel
-    from kotune.build import build, make_collator
-    from kotune.predict import BatchPredictor
-    from kotune.runtimes import torch_forward
+    from kotune.loading.build import build, make_collator
+    from kotune.inference.predict import BatchPredictor
+    from kotune.inference.model_runtimes import torch_forward
 
     cfg = compose([*DEMO, f"checkpoint={demo['root'] / 'train'}", f"cache_dir={demo['cache']}"])
     b = build(cfg, ("validation",))
@@ -110,7 +110,7 @@ def test_eval_and_predict_from_the_export_equal_the_checkpoints(demo):
 
 
 def test_an_export_is_refused_in_one_line_where_a_checkpoint_is_needed(demo):
-    from kotune.job import execute
+    from kotune.cli.job import execute
 
     res = execute(compose([*DEMO, "action=export", f"checkpoint={demo['export']}", f"cache_dir={demo['cache']}"]),
                   str(demo["root"] / "re-export"))

@@ -25,8 +25,8 @@ NOFILE = 256  # the server's ulimit -n in the descriptor test
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, cache_dir) -> Path:
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()
     run_dir = tmp_path_factory.mktemp("serve-limits") / "train"

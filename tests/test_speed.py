@@ -26,9 +26,9 @@ SAME_STEPS = ["task=nli", "model=tiny", "data=sample", "data.max_train_samples=6
 def test_sorted_prediction_returns_rows_in_input_order(task, tmp_path, cache_dir):
     import torch
 
-    from kotune.build import build
-    from kotune.predict import predict
-    from kotune.trainer import make_trainer
+    from kotune.loading.build import build
+    from kotune.inference.predict import predict
+    from kotune.training.trainer import make_trainer
     from tasks.collate import length_order
 
     cfg = compose([f"task={task}", "model=tiny", "data=sample", "train.eval_batch_size=4",

@@ -24,7 +24,7 @@ def multirun(monkeypatch, args: list[str]) -> None:
     """``python run.py -m ARGS`` in this process (run.main, as the CLI calls it)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from kotune.cli import main
+    from kotune.cli.main import main
 
     from kotune.sweeps.naming import SWEPT_ENV
 
@@ -59,7 +59,7 @@ def results_under(folder: Path) -> dict[str, dict]:
 
 # ---- matrices ------------------------------------------------------------------------------
 def test_sweep_dir_is_named_after_the_command():
-    from kotune.cli import sweep_id
+    from kotune.cli.main import sweep_id
 
     args = ["task=nli,sts", "model=tiny", "train.seed=1,2"]
     assert sweep_id(args) == sweep_id(args + ["hydra.sweep.subdir=x", "hydra/launcher=slurm", "-m"])
@@ -71,7 +71,7 @@ def test_sweep_dir_is_named_after_the_command():
 def test_matrix_isolates_failures_and_resumes(monkeypatch, tmp_path):
     """2 tasks × 2 modes × 2 seeds: 8 directories; a job raising a plain exception (not a
     KotuneError) fails alone; the same command again reruns only that job."""
-    from kotune.cli import sweep_id
+    from kotune.cli.main import sweep_id
 
     monkeypatch.chdir(tmp_path)
     args = ["task=nli,sts", "model=tiny", "mode=finetune,frozen", "train.seed=1,2", "data=sample",
@@ -117,7 +117,7 @@ def test_job_directories_name_the_swept_values_and_a_rerun_resumes(monkeypatch, 
 
 def test_resume_trusts_only_complete_ok_results_of_the_same_config(tmp_path):
     from conftest import compose
-    from kotune.job import config_hash, finished_results
+    from kotune.cli.job import config_hash, finished_results
 
     cfg = compose(["task=nli", "model=tiny"])
     path = tmp_path / "results.json"
@@ -279,7 +279,7 @@ def test_a_searched_key_another_setting_overrides_leaves_the_search_with_a_warni
 def test_a_range_given_as_a_sweeper_param_is_read_as_the_keys_range(monkeypatch, tmp_path):
     """``hydra.sweeper.params.KEY=RANGE`` (Hydra: "Sweeping over Hydra's configuration is not
     supported") means ``KEY=RANGE``, which replaces the preset's range."""
-    from kotune.overrides import job_overrides
+    from kotune.cli.overrides import job_overrides
 
     given = ["hydra.sweeper.params.train.learning_rate='tag(log, interval(3e-4,3e-3))'"]
     assert job_overrides(given) == ["train.learning_rate=tag(log, interval(3e-4,3e-3))"]
@@ -294,7 +294,7 @@ def test_a_range_given_as_a_sweeper_param_is_read_as_the_keys_range(monkeypatch,
 def test_unknown_search_key_fails_before_any_trial(tmp_path):
     proc = run_cli(["-m", "hparams_search=nli", "model=tiny", "train.learnig_rate=interval(1e-5,1e-4)",
                     f"hydra.sweep.dir={tmp_path / 's'}"])
-    assert proc.returncode == 2  # kotune's own line, before Hydra (kotune/overrides.py)
+    assert proc.returncode == 2  # kotune's own line, before Hydra (kotune/cli/overrides.py)
     assert proc.stderr == "error: train.learnig_rate is not a config key (did you mean train.learning_rate?)\n"
     assert not list(tmp_path.rglob("results.json"))
 
@@ -357,7 +357,7 @@ def demo_train_file() -> Path:
 def test_n_trials_and_n_jobs_are_not_part_of_the_sweep_directory():
     """Both spellings of n_trials, and any n_jobs, name the same directory: raising n_trials
     continues the search where it is (hparams_search.n_trials made a new directory, and so a new study)."""
-    from kotune.cli import sweep_id
+    from kotune.cli.main import sweep_id
 
     ids = {sweep_id(DEMO_SEARCH + extra) for extra in
            ([], ["hparams_search.n_trials=4"], ["hparams_search.n_trials=6"], ["hydra.sweeper.n_trials=6"],
@@ -370,7 +370,7 @@ def test_n_trials_and_n_jobs_are_not_part_of_the_sweep_directory():
 def test_the_same_search_with_more_trials_extends_its_study_and_directory(monkeypatch, tmp_path, capsys, spelling):
     from optuna.trial import TrialState
 
-    from kotune.cli import sweep_id
+    from kotune.cli.main import sweep_id
 
     monkeypatch.chdir(tmp_path)
     calls = stub_train(monkeypatch, lr_score)

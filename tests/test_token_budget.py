@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from kotune.token_budget import TokenBudgetBatches
+from kotune.training.token_budget import TokenBudgetBatches
 
 RNG = np.random.default_rng(0)
 SIZES = [(1, int(n)) for n in RNG.integers(3, 60, size=203)]
@@ -77,7 +77,7 @@ def test_deterministic_training_sets_torchs_full_determinism(tmp_path, monkeypat
     """``train.deterministic=true`` → Trainer's ``full_determinism`` (torch's deterministic algorithms,
     cuBLAS's fixed workspace); off by default, where it costs GPU speed."""
     from conftest import compose
-    from kotune.training_args import training_arguments
+    from kotune.training.arguments import training_arguments
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # Trainer's enable_full_determinism sets it
     base = ["task=text_cls", "model=tiny", "data=sample"]

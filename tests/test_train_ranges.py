@@ -1,4 +1,4 @@
-"""The numeric train.* settings against their ranges (kotune/train_ranges.py): a value out of range is
+"""The numeric train.* settings against their ranges (kotune/training/ranges.py): a value out of range is
 one line naming the key and what fits, before a job reads or builds anything (it was "a bug" from
 deep inside Trainer, or 0 steps trained and ``status ok``); the values at the edges of each range
 still compose and pass. Every key of the table has a bad value here, so the table and the test
@@ -43,7 +43,7 @@ BASE = ["task=text_cls", "model=tiny", "data=sample"]
 
 
 def test_every_key_of_the_table_is_tested():
-    from kotune.train_ranges import TRAIN_RANGES
+    from kotune.training.ranges import TRAIN_RANGES
 
     assert set(CASES) == set(TRAIN_RANGES)
     assert set(TRAIN_RANGES) <= set(compose(BASE).train)  # no key of the table is misspelt
@@ -52,7 +52,7 @@ def test_every_key_of_the_table_is_tested():
 @pytest.mark.parametrize("key,value", BAD)
 def test_a_value_out_of_range_is_one_line_naming_the_key_and_its_range(key, value):
     from kotune.core.errors import ConfigError
-    from kotune.train_ranges import TRAIN_RANGES, check_train
+    from kotune.training.ranges import TRAIN_RANGES, check_train
 
     cfg = compose([*BASE, f"train.{key}={value}"])
     with pytest.raises(ConfigError) as e:
@@ -63,7 +63,7 @@ def test_a_value_out_of_range_is_one_line_naming_the_key_and_its_range(key, valu
 
 @pytest.mark.parametrize("key,value", GOOD)
 def test_a_value_at_the_edge_of_its_range_passes(key, value):
-    from kotune.train_ranges import check_train
+    from kotune.training.ranges import check_train
 
     extra = ["train.max_steps=2"] if key == "epochs" else []
     check_train(compose([*BASE, f"train.{key}={value}", *extra]))
@@ -71,7 +71,7 @@ def test_a_value_at_the_edge_of_its_range_passes(key, value):
 
 def test_no_epochs_and_no_steps_is_refused_and_steps_alone_train():
     from kotune.core.errors import ConfigError
-    from kotune.train_ranges import check_train
+    from kotune.training.ranges import check_train
 
     with pytest.raises(ConfigError, match=r"train.epochs=0 with train.max_steps=-1: nothing would train"):
         check_train(compose([*BASE, "train.epochs=0"]))

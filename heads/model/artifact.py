@@ -15,7 +15,7 @@ Before a loader builds anything, :func:`check_sizes` holds every size ``kotune.j
 the head's weights as their header says (the head measured on torch's ``meta`` device, which
 allocates nothing) and against the encoder's positions.
 
-kotune/checkpoint.py adds what only the config knows: that the task, model and mode are presets and
+kotune/loading/checkpoint.py adds what only the config knows: that the task, model and mode are presets and
 that each task option is one the task saves, of its preset's type."""
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ META = {
     # the module a plug-in's task came from (kotune/plugins.py): compared with the loaded ones, never imported
     "plugin": (lambda v: isinstance(v, str) and len(v) <= 200 and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", v)
                is not None, "a dotted module name"),
-    # train.calibrate (kotune/calibration.py): what was folded into the head, for the record; never read
+    # train.calibrate (kotune/calibration/fit.py): what was folded into the head, for the record; never read
     "calibration": (lambda v: isinstance(v, dict), "a mapping (method, temperature, per-label scaling)"),
 }
 LORA = {

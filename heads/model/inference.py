@@ -1,9 +1,9 @@
 """Where and how a model answers at inference (``predict.device``, ``predict.precision``,
 ``predict.batch_tokens``), and the one forward every inference path runs a torch model through:
-action=serve and ``kotune.load`` (kotune/runtimes.py's torch forward, a native export's), action=rerank,
-predict and eval run outside Trainer (kotune/predict.py's BatchPredictor), action=embed and a
+action=serve and ``kotune.load`` (kotune/inference/model_runtimes.py's torch forward, a native export's), action=rerank,
+predict and eval run outside Trainer (kotune/inference/predict.py's BatchPredictor), action=embed and a
 bi-encoder's vectors (heads/model/embed.py) and the distillation teacher's logits
-(heads/model/teacher_cache.py): all of them call :meth:`Inference.forward`, so none can forget the
+(heads/distill/teacher_cache.py): all of them call :meth:`Inference.forward`, so none can forget the
 device. The model is moved once (:meth:`Inference.place`), each batch's inputs are moved in the
 forward, and the outputs come back to the CPU (numpy, float32) at the end of the batch only."""
 from __future__ import annotations

@@ -42,7 +42,7 @@ class KotuneModel(nn.Module):
     # so Trainer neither divides by grad_accum nor lets a micro-batch's mean weigh as much as
     # another's whatever its number of items (heads/loss.py).
     accepts_loss_kwargs = True
-    # how kotune runs it: the ``torch`` runtime (kotune/runtimes.py), which Trainer runs and whose mode is checked
+    # how kotune runs it: the ``torch`` runtime (kotune/inference/model_runtimes.py), which Trainer runs and whose mode is checked
     runtime = "torch"
 
     def __init__(self, encoder: nn.Module, head_kind: str, head_kwargs: dict, *, frozen: bool = False,
@@ -64,7 +64,7 @@ class KotuneModel(nn.Module):
         self.lora = self._add_lora(lora)
         self.frozen = frozen
         self.meta = dict(meta or {})
-        self.windows = None  # task.long_text=windows: tasks.windows.WindowOptions (set by kotune.build)
+        self.windows = None  # task.long_text=windows: tasks.windows.WindowOptions (set by kotune.loading.build)
         self.config = encoder.config  # Trainer and accelerate look for .config
         if frozen:
             self.encoder.requires_grad_(False)
@@ -221,7 +221,7 @@ class KotuneModel(nn.Module):
                 "mix_params": sum(p.numel() for p in self.mixer.parameters())}
 
     def report(self) -> dict:
-        """What results.json says about the model (kotune/predict.py's run_report)."""
+        """What results.json says about the model (kotune/inference/predict.py's run_report)."""
         return {**self.param_counts(), **self.mixer.report(), "pooling": getattr(self.head, "pooling", None)}
 
     def describe(self) -> str:

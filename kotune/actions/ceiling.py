@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from kotune.build import load_encoder_side
+from kotune.loading.build import load_encoder_side
 from tasks import build_task
 from tasks.base import EncodeSettings
 from tasks.encode_cache import encode_cached

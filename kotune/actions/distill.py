@@ -1,14 +1,14 @@
 """``action=distill distill.teacher=RUN_OR_EXPORT``: train a small student on a trained model's soft targets
 (docs/distillation.md). The student's run is ``action=train``'s (kotune/actions/train.py) with the
-teacher's pieces of kotune/distill.py: the same data, evaluation, checkpoints, resume, selection,
+teacher's pieces of kotune/distill/distillation.py: the same data, evaluation, checkpoints, resume, selection,
 calibration and saved model, so eval, predict, export, serve and sweeps read it as any run."""
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
 from kotune.actions import train
-from kotune.distill import Distillation
-from kotune.runtime import cpu_only
+from kotune.distill.distillation import Distillation
+from kotune.devices import cpu_only
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:

@@ -9,9 +9,9 @@ import time
 from omegaconf import DictConfig
 
 from heads.model.inference import check_batch_tokens, of as inference_of
-from kotune.build import load_encoder_side, resolve_max_length
-from kotune.checkpoint import read_spec
-from kotune.runtime import seed_everything
+from kotune.loading.build import load_encoder_side, resolve_max_length
+from kotune.loading.checkpoint import read_spec
+from kotune.devices import seed_everything
 from tasks import embed
 from kotune.core.errors import ConfigError
 from kotune.core.log import log

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, open_dict
 from kotune.core.errors import ConfigError
 from kotune.core.files import sha256_of
 from kotune.core.log import log
-from kotune.predict import predict_from_checkpoint
+from kotune.inference.predict import predict_from_checkpoint
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 

@@ -14,7 +14,7 @@ import os
 from omegaconf import DictConfig
 
 from kotune.core.backends import SHARED_OPTIONS, Exporter
-from kotune.checkpoint import checkpoint_model_dir, read_spec
+from kotune.loading.checkpoint import checkpoint_model_dir, read_spec
 from kotune.export.model_card import push_to_hub, write_model_card
 from kotune.core.errors import ConfigError
 from kotune.core.log import log

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from kotune.predict import predict_from_checkpoint
+from kotune.inference.predict import predict_from_checkpoint
 from kotune.core.log import log
 
 

@@ -11,12 +11,12 @@ import os
 
 from omegaconf import DictConfig
 
-from kotune.build import resolve_max_length, warn_unknown_hangul
-from kotune.resume import resume_identity, train_resumable
-from kotune.runtime import local_rank_zero_first
-from kotune.rtd_trainer import RTDTrainer
-from kotune.trainer import PretrainingTrainer
-from kotune.training_args import tensorboard_dir, training_arguments
+from kotune.loading.build import resolve_max_length, warn_unknown_hangul
+from kotune.training.resume import resume_identity, train_resumable
+from kotune.devices import local_rank_zero_first
+from kotune.training.rtd_trainer import RTDTrainer
+from kotune.training.trainer import PretrainingTrainer
+from kotune.training.arguments import tensorboard_dir, training_arguments
 from tasks import pretrain
 from kotune.core.atomic_dir import written_whole
 from kotune.core.log import log

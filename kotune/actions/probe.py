@@ -20,10 +20,10 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from kotune.build import Built, build
-from kotune.predict import fit_decision, predict, run_report
-from kotune.runtime import is_rank_zero, local_rank_zero_first, seed_everything
-from kotune.trainer import make_trainer
+from kotune.loading.build import Built, build
+from kotune.inference.predict import fit_decision, predict, run_report
+from kotune.devices import is_rank_zero, local_rank_zero_first, seed_everything
+from kotune.training.trainer import make_trainer
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
 

@@ -5,7 +5,7 @@ candidates best first (tasks/rerank.py reads the files and turns outputs into sc
 
 The model is served as ``action=serve`` and ``kotune.load`` serve it (kotune/serving/app.py: a run
 directory or an ONNX export; kotune/api/native.py: a native export), and its batches run through
-kotune/predict.py's length-sorted prediction: no inference loop of its own."""
+kotune/inference/predict.py's length-sorted prediction: no inference loop of its own."""
 from __future__ import annotations
 
 import os
@@ -33,7 +33,7 @@ def scorer(cfg: DictConfig):
         return native_predictor(path, [f"train.eval_batch_size={int(cfg.train.eval_batch_size)}",
                                        *(f"predict.{k}={options[k]}" for k in ("device", "precision", "batch_tokens")
                                          if options.get(k) is not None)])
-    refuse(build_task(cfg.task))  # before the model loads: the checkpoint's task (kotune/checkpoint.py)
+    refuse(build_task(cfg.task))  # before the model loads: the checkpoint's task (kotune/loading/checkpoint.py)
     from kotune.serving.app import Predictor
 
     return Predictor(cfg)
@@ -59,7 +59,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     positive = None if labels is None else rerank.positive_label(labels, options.get("positive_label"))
     score = "the regression value" if labels is None else f"the probability of label {positive}"
     log(f"reranking {len(candidates)} candidates for {len(queries)} queries: the score is {score}")
-    from kotune.predict import inference_report, predict_logits
+    from kotune.inference.predict import inference_report, predict_logits
 
     started, records = time.perf_counter(), []
     for query in queries:  # one query's pairs at a time: memory bounded by the candidate file

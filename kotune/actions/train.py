@@ -7,9 +7,11 @@ import os
 
 from omegaconf import DictConfig
 
-from kotune import calibration, early_stopping
-from kotune.build import build
-from kotune.runtime import local_rank_zero_first
+from kotune.calibration import fit as calibration
+
+from kotune.training import early_stopping
+from kotune.loading.build import build
+from kotune.devices import local_rank_zero_first
 from kotune.core.errors import ConfigError
 from tasks.folds import SELECTIONS
 from kotune.core.log import log
@@ -31,11 +33,11 @@ def selected_on(cfg: DictConfig) -> str | None:
 
 
 def run(cfg: DictConfig, run_dir: str, distillation=None) -> dict:
-    """``distillation`` (kotune/distill.py, action=distill): the student's encoder, the teacher's
+    """``distillation`` (kotune/distill/distillation.py, action=distill): the student's encoder, the teacher's
     cached logits on the training rows and the distillation loss; the rest is this training run."""
     selection = selected_on(cfg)
     if cfg.mode.get("setfit"):  # a task it cannot train: one line before anything is read or built
-        from kotune import setfit
+        from kotune.training import setfit
         from tasks import build_task
 
         setfit.check(cfg, build_task(cfg.task))
@@ -49,13 +51,13 @@ def run(cfg: DictConfig, run_dir: str, distillation=None) -> dict:
     # after build: a data or config mistake is answered before transformers' Trainer (and peft,
     # accelerate) load, seconds of every failing command
     from kotune.sweeps import pruning
-    from kotune.predict import fit_decision, predict, run_report
-    from kotune.resume import train_resumable
-    from kotune.trainer import make_trainer
+    from kotune.inference.predict import fit_decision, predict, run_report
+    from kotune.training.resume import train_resumable
+    from kotune.training.trainer import make_trainer
 
     trainer_class = None
     if distillation:
-        from kotune.distill_trainer import DistillTrainer as trainer_class
+        from kotune.distill.trainer import DistillTrainer as trainer_class
     contrastive = setfit.train_body(cfg, b) if cfg.mode.get("setfit") else None  # mode=setfit's first stage
     trainer = make_trainer(cfg, b, run_dir, fit_decision=lambda t: fit_decision(t, b), trainer_class=trainer_class)
     if distillation:

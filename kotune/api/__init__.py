@@ -1,6 +1,6 @@
 """The Python API beside the command line (docs/api.md): :func:`train` and :func:`evaluate` run a
 job as ``python run.py …`` runs it (the same overrides, checks and rewrites, then
-``kotune.job.execute``), :func:`load` gives a :class:`Predictor` (kotune/api/predictor.py) that
+``kotune.cli.job.execute``), :func:`load` gives a :class:`Predictor` (kotune/api/predictor.py) that
 answers raw inputs with predictions.jsonl's records.
 
 Nothing here reads ``sys.argv`` or needs Hydra's entry point: the config is composed with Hydra's

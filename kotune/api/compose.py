@@ -1,7 +1,7 @@
 """How the Python API (kotune/api/__init__.py) composes and runs a job as the command line does: the same
-argv checks (kotune/cli.py: unknown choices), rewrites and key checks (kotune/overrides.py), then
+argv checks (kotune/cli/main.py: unknown choices), rewrites and key checks (kotune/cli/overrides.py), then
 Hydra's compose API with its global state cleared after (re-entrant: a notebook calls it again and
-again), then ``kotune.job.execute``. A failed job raises :class:`RunFailed`."""
+again), then ``kotune.cli.job.execute``. A failed job raises :class:`RunFailed`."""
 from __future__ import annotations
 
 import contextlib
@@ -53,12 +53,12 @@ def as_overrides(overrides: tuple, kw: dict) -> list[str]:
 
 def compose_job(overrides: list[str]):
     """The job's config as the command line composes it: unknown choices and keys refused in the
-    command line's one line (kotune/cli.py, kotune/overrides.py), then ``kotune.overrides.compose``."""
+    command line's one line (kotune/cli/main.py, kotune/cli/overrides.py), then ``kotune.cli.overrides.compose``."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from kotune.cli import check_choices
-    from kotune.config import CONF_DIR
-    from kotune.overrides import bad_override, compose, job_overrides
+    from kotune.cli.main import check_choices
+    from kotune.cli.config import CONF_DIR
+    from kotune.cli.overrides import bad_override, compose, job_overrides
 
     said = io.StringIO()
     try:
@@ -94,8 +94,8 @@ def default_run_dir(cfg) -> Path:
 
 def run_job(overrides: list[str], run_dir: str | os.PathLike | None) -> tuple[dict, Path]:
     """Compose, run, and return (results, run directory); a failed job raises :class:`RunFailed`."""
-    from kotune.job import execute
-    from kotune.runtime import quiet_libraries
+    from kotune.cli.job import execute
+    from kotune.devices import quiet_libraries
 
     cfg = compose_job(overrides)
     folder = Path(run_dir) if run_dir is not None else default_run_dir(cfg)

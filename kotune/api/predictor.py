@@ -3,7 +3,7 @@
 It is ``action=serve``'s predictor (kotune/serving/app.py) without the server: the inputs checked as a
 request's items are (kotune/serving/requests.py), turned into the task's examples, encoded, predicted
 in length-sorted batches and decoded by the same code that writes predictions.jsonl
-(kotune/predict.py). A record is what predictions.jsonl holds for that input, without the ``id``
+(kotune/inference/predict.py). A record is what predictions.jsonl holds for that input, without the ``id``
 (and without ``gold``: an input has no answer). :meth:`Predictor.embed` runs ``action=embed``
 (kotune/actions/embed.py) on the texts in a temporary run directory."""
 from __future__ import annotations
@@ -27,7 +27,7 @@ class Predictor:
     def __init__(self, path: str, overrides: list[str] | None = None):
         from kotune.api.native import native_predictor
         from kotune.export.native_card import is_native_export
-        from kotune.runtimes import runtime_of
+        from kotune.inference.model_runtimes import runtime_of
 
         self.path, self.overrides = str(path), list(overrides or [])
         self.kind = "native" if is_native_export(self.path) else "kotune"

@@ -8,7 +8,7 @@ saved kotune model as a directory of its own: ``native``, the architecture's tra
 
 A **runtime** is how a loaded model runs its batches; every model class names its entry in a
 ``runtime`` attribute: ``torch``, kotune's own model, which transformers' Trainer runs
-(kotune/runtimes.py), ``onnxruntime``, an ONNX export (kotune/export/onnx.py), and ``transformers``, a native
+(kotune/inference/model_runtimes.py), ``onnxruntime``, an ONNX export (kotune/export/onnx.py), and ``transformers``, a native
 export behind ``kotune.load`` (kotune/api/native.py). Each registers in the module of its model
 class, so a model's runtime is registered by the time the model exists.
 
@@ -60,15 +60,15 @@ class Runtime:
 
     registered_name: ClassVar[str]  # set by kotune.register_runtime
     # the batches run through transformers' Trainer (a torch module with kotune's forward); else a
-    # BatchPredictor runs forward(model) (kotune/predict.py)
+    # BatchPredictor runs forward(model) (kotune/inference/predict.py)
     trainer: ClassVar[bool] = False
     # a kotune model: a checkpoint's saved mode (frozen, layers, pooling, LoRA) is checked against the
-    # job's (kotune/build.py); an export is a plain native model, read as it is
+    # job's (kotune/loading/build.py); an export is a plain native model, read as it is
     kotune_model: ClassVar[bool] = False
     # what kotune.load's Predictor calls a model of this runtime (describe()["kind"]): kotune, onnx, native
     kind: ClassVar[str] = "export"
     # where and how the batches run (heads/model/inference.py's Inference: predict.device, predict.precision),
-    # set by kotune/runtimes.py's batch_forward before forward(model) is asked for; None: the CPU, fp32
+    # set by kotune/inference/model_runtimes.py's batch_forward before forward(model) is asked for; None: the CPU, fp32
     inference: Any = None
 
     def forward(self, model: Any) -> Callable[[dict], Any]:

@@ -1,4 +1,4 @@
-"""One-line, user-facing errors. The command line (kotune/cli.py) prints them without a traceback."""
+"""One-line, user-facing errors. The command line (kotune/cli/main.py) prints them without a traceback."""
 
 
 class KotuneError(Exception):

@@ -1,6 +1,6 @@
 """The bi-encoder (``task=sentence_embedding``, tasks/sentence_embedding.py): its model trains as a
 SentenceTransformer (sentence-transformers' losses, trainer and save format) on kotune's encoder, so
-the actions that read or write its model run here; kotune/job.py hands them over. The actions
+the actions that read or write its model run here; kotune/cli/job.py hands them over. The actions
 that make no sense for sentence vectors refuse in one line (:data:`REFUSED`).
 
 - train.py: ``action=train`` (SentenceTransformerTrainer, one stage per ``task.stages`` file);

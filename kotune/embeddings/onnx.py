@@ -29,10 +29,10 @@ def onnx_graph(model):
 
 
 def export_onnx(cfg: DictConfig, run_dir: str) -> dict:
-    """The export (module docstring), where kotune/job.py hands action=export export.format=onnx of a bi-encoder."""
+    """The export (module docstring), where kotune/cli/job.py hands action=export export.format=onnx of a bi-encoder."""
     from heads.model.encoder import position_limit
     from kotune.actions.export import check_destination
-    from kotune.checkpoint import checkpoint_model_dir
+    from kotune.loading.checkpoint import checkpoint_model_dir
     from kotune.core.atomic_dir import MANIFEST, written_whole
     from kotune.core.files import write_json_atomic
     from kotune.embeddings.export import load_bi_encoder

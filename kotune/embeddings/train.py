@@ -49,12 +49,12 @@ def staged_config(cfg: DictConfig, stages: list[dict]) -> DictConfig:
 
 
 def st_arguments(cfg: DictConfig, run_dir: str, triplets: bool, epochs: float | None, max_steps: int | None):
-    """kotune's ``TrainingArguments`` (kotune/training_args.py: one reading of ``cfg.train``) as
+    """kotune's ``TrainingArguments`` (kotune/training/arguments.py: one reading of ``cfg.train``) as
     sentence-transformers' arguments; in-batch negatives get batches without duplicate texts."""
     from sentence_transformers import SentenceTransformerTrainingArguments
     from sentence_transformers.base.sampler import BatchSamplers
 
-    from kotune.training_args import training_arguments
+    from kotune.training.arguments import training_arguments
 
     if cfg.train.get("select_best"):
         raise ConfigError("train.select_best: a sentence_embedding run is scored once, after training (its "
@@ -123,7 +123,7 @@ def train_stage(cfg: DictConfig, run_dir: str, st, task, examples: list[dict], w
 
 def run(cfg: DictConfig, run_dir: str) -> dict:
     from heads.model.sentence_transformer import from_kotune_model
-    from kotune.build import build
+    from kotune.loading.build import build
     from kotune.embeddings.vectors import check_model, report, score_split
     from kotune.core.files import sha256_of
 

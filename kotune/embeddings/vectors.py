@@ -76,8 +76,8 @@ def score_split(b, split: str, batch_size: int, on: Inference | None = None) -> 
 
 
 def report(cfg: DictConfig, b, metrics: dict, speed: dict, **extra) -> dict:
-    """The one results body of train, eval and predict (kotune/predict.py's REPORT_KEYS)."""
-    from kotune.predict import REPORT_KEYS
+    """The one results body of train, eval and predict (kotune/inference/predict.py's REPORT_KEYS)."""
+    from kotune.inference.predict import REPORT_KEYS
 
     out = dict.fromkeys(REPORT_KEYS)
     out.update({f"n_{'eval' if s == 'validation' else s}": len(d.examples) for s, d in b.splits.items()},
@@ -90,7 +90,7 @@ def report(cfg: DictConfig, b, metrics: dict, speed: dict, **extra) -> dict:
 
 def evaluate(cfg: DictConfig, run_dir: str) -> dict:
     """``action=eval checkpoint=RUN``: the validation split's metrics (RUN: a run, or its ONNX export)."""
-    from kotune.build import build
+    from kotune.loading.build import build
 
     if not cfg.get("checkpoint"):
         raise ConfigError("action=eval needs checkpoint=RUN_DIR (a directory written by action=train)")
@@ -103,7 +103,7 @@ def evaluate(cfg: DictConfig, run_dir: str) -> dict:
 def predict(cfg: DictConfig, run_dir: str) -> dict:
     """``action=predict checkpoint=RUN data.predict_file=FILE``: per row, the text's embedding (a file
     of texts) or the pair's cosine similarity (pairs, triplets: anchor with positive and negative)."""
-    from kotune.build import build
+    from kotune.loading.build import build
     if not cfg.get("checkpoint"):
         raise ConfigError("action=predict needs checkpoint=RUN_DIR (a directory written by action=train)")
     b = build(cfg, ("predict",), onnx=True)
@@ -122,7 +122,7 @@ def predict(cfg: DictConfig, run_dir: str) -> dict:
 def embed(cfg: DictConfig, run_dir: str) -> dict:
     """``action=embed checkpoint=RUN embed.input=FILE``: the trained bi-encoder's vectors (its own layer
     choice and pooling), written as action=embed writes any model's (tasks/embed.py)."""
-    from kotune.build import load_encoder_side
+    from kotune.loading.build import load_encoder_side
     from tasks import embed as texts_io
 
     if not cfg.get("checkpoint"):

@@ -150,7 +150,7 @@ def write_model_card(export: dict, meta: dict, head: str, checkpoint: str, licen
     """README.md in the export directory (``folder``: where it is being written, before it takes its
     name); the model's name is the Hub repository's when pushed. ``exporter``: the format that wrote it,
     whose card usage and library the card shows (None: a plain code block naming the directory, no library)."""
-    from kotune.job import versions
+    from kotune.cli.job import versions
 
     results, run_dir = training_results(checkpoint)
     export = {**export, "versions": versions()}

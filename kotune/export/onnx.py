@@ -264,8 +264,8 @@ class OnnxModel:
         self.input_names = [i.name for i in self.session.get_inputs()]
 
     def run_on(self, inference: Any) -> None:
-        """Run on ``inference``'s device (predict.device): kotune/runtimes.py's :func:`onnx_run_on`."""
-        from kotune.runtimes import onnx_run_on
+        """Run on ``inference``'s device (predict.device): kotune/inference/model_runtimes.py's :func:`onnx_run_on`."""
+        from kotune.inference.model_runtimes import onnx_run_on
 
         onnx_run_on(self, inference)
 

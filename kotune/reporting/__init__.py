@@ -19,7 +19,7 @@ Collects every results.json under the directories (matrices, sweeps, single runs
   max_length), the paper's model (its hub id, pretrained) and KLUE's own data, trained by epochs.
 
 Unreadable, partial or foreign results.json files are skipped with a warning naming the file.
-``kotune report DIR...`` (the console command, kotune/console.py) runs the same :func:`main`.
+``kotune report DIR...`` (the console command, kotune/cli/console.py) runs the same :func:`main`.
 """
 from __future__ import annotations
 

@@ -147,7 +147,7 @@ def plot_all(out: Path, runs: list[dict], rows: list[tuple], paper: dict | None)
 def plot_reliability(out: Path, name: str, runs: list[dict]) -> list[Path]:
     """One reliability diagram per row of calibrated runs (``reliability_<name>.png``, with the row's
     setting appended where a sweep varies one), their bins pooled over seeds; none without calibrated runs."""
-    from kotune.calibration import write_diagram
+    from kotune.calibration.fit import write_diagram
     from tasks.calibration_metrics import pooled_bins
 
     rows: dict[str, list[dict]] = {}

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from kotune.config import CONF_DIR
+from kotune.cli.config import CONF_DIR
 
 TASK_CONF = Path(CONF_DIR) / "task"
 # Config keys that identify the row/column (task, model, mode), the seed (averaged over) or that

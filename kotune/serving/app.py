@@ -11,7 +11,7 @@ strings do: ``{"inputs": ["...", "..."]}``). The answer is the predictions.jsonl
 id and without the input texts (``?echo=true`` keeps them): ``{"prediction": ...}``, or
 ``{"predictions": [...]}`` for a list; with ``"truncated": true`` where a text did not fit the
 model's window (``"windows": n`` when the checkpoint reads documents as windows), and
-``"abstained"`` with ``predict.min_confidence`` (kotune/abstention.py).
+``"abstained"`` with ``predict.min_confidence`` (kotune/calibration/abstention.py).
 
 Every item is checked before it joins a batch (a lone surrogate, a NUL, a text over
 ``serve.max_text_chars``: 422 naming the item and its ``index``), and a batch that fails is retried
@@ -29,9 +29,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from kotune import abstention
-from kotune.build import build
-from kotune.predict import batch_predictor, inference_report, predict_rows
+from kotune.calibration import abstention
+from kotune.loading.build import build
+from kotune.inference.predict import batch_predictor, inference_report, predict_rows
 from kotune.serving.batcher import Batcher
 from kotune.serving.guard import guard
 from kotune.serving.requests import (ItemFailed, RequestError, ShuttingDown, data_error, error_body,
@@ -57,9 +57,9 @@ class Predictor:
     def __init__(self, cfg: DictConfig):
         servable(build_task(cfg.task))
         self.b = build(cfg, (), onnx=True)
-        self.cfg = cfg  # predict.min_confidence: abstained answers (kotune/abstention.py)
+        self.cfg = cfg  # predict.min_confidence: abstained answers (kotune/calibration/abstention.py)
         servable(self.b.task)
-        self.runtime = str(self.b.model.runtime)  # torch (a checkpoint), onnxruntime (an ONNX export): kotune/runtimes.py
+        self.runtime = str(self.b.model.runtime)  # torch (a checkpoint), onnxruntime (an ONNX export): kotune/inference/model_runtimes.py
         # predict.device / precision / batch_tokens: the one forward every inference path runs (heads/model/inference.py)
         self.batches = batch_predictor(cfg, self.b.model, self.b.tokenizer)
 

@@ -11,7 +11,7 @@ from hydra.core.override_parser.types import Override, Transformer
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.overrides import flat_keys
+from kotune.cli.overrides import flat_keys
 
 
 def search_keys(params: DictConfig | dict | None, arguments: list[str]) -> list[str]:

@@ -13,7 +13,7 @@ from hydra.errors import ConfigCompositionException
 
 from kotune.core.redact import MASK, mask_credentials, mask_url, remember_secrets, secret_name, url_secrets
 
-FAILED_SCORE = 1e9  # kotune.cli.worst_score's magnitude: a failed job
+FAILED_SCORE = 1e9  # kotune.cli.main.worst_score's magnitude: a failed job
 # what makes a study one search (kotune/sweeps/study.py check_same_search): a worker with another one refuses
 SPACE_ATTR = "kotune_search_space"  # the searched keys' distributions
 DATA_ATTR = "kotune_data"  # the data files the trials read, with their sha256

@@ -9,11 +9,11 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from kotune.config import CONF_DIR, GROUPS
-from kotune.job import execute, finished_results
+from kotune.cli.config import CONF_DIR, GROUPS
+from kotune.cli.job import execute, finished_results
 from kotune.plugins import broken_preset, load_plugins, named_in, preset_names
-from kotune.overrides import bad_override, job_overrides, open_dict_overrides  # noqa: F401 (bench/ imports it here)
-from kotune.runtime import quiet_libraries, release_memory
+from kotune.cli.overrides import bad_override, job_overrides, open_dict_overrides  # noqa: F401 (bench/ imports it here)
+from kotune.devices import quiet_libraries, release_memory
 from kotune.sweeps.naming import NOT_IN_SWEEP_ID, SWEPT_ENV, swept_keys
 from tasks.encode_cache import fingerprint
 from kotune.core.errors import KotuneError

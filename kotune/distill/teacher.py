@@ -2,7 +2,7 @@
 with its adapter merged once, frozen), an ONNX export (run by onnxruntime, fp32 or ``onnx.file=``
 its int8 file) or a native export (the architecture's transformers class). Each is checked as
 predict and serve check it (kotune.json key by key, the manifest's digests); every one gives its
-logits (heads/model/teacher_cache.py's :class:`TeacherSource`) and the batches its score is taken
+logits (heads/distill/teacher_cache.py's :class:`TeacherSource`) and the batches its score is taken
 on. Only a run lends its layers and hidden states: an export's weights are not kotune's encoder and
 head, so its student is ``model=`` or ``distill.student_hidden=H`` (its ``config.json``)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from heads.model.inference import Inference, of as inference_of
-from kotune.build import Encoder, load_checkpoint_side
+from kotune.loading.build import Encoder, load_checkpoint_side
 from kotune.core.atomic_dir import MANIFEST
 from kotune.core.errors import ConfigError
 
@@ -40,7 +40,7 @@ class Teacher:
     and what distillation asks of it."""
 
     def __init__(self, cfg: DictConfig, path: str):
-        from kotune.checkpoint import checkpoint_model_dir, read_spec
+        from kotune.loading.checkpoint import checkpoint_model_dir, read_spec
 
         self.path, self.source = path, teacher_source_kind(path)
         if self.source == "native":
@@ -84,10 +84,10 @@ class Teacher:
         return None  # an ONNX graph's weights are initializers, not parameters
 
     def logits_source(self):
-        """heads/model/teacher_cache.py's TeacherSource: the logits of one padded batch."""
+        """heads/distill/teacher_cache.py's TeacherSource: the logits of one padded batch."""
         import torch
 
-        from heads.model.teacher_cache import TeacherSource, kotune_teacher
+        from heads.distill.teacher_cache import TeacherSource, kotune_teacher
 
         if self.source == "run":
             return kotune_teacher(self.model, self.inference)
@@ -111,7 +111,7 @@ class Teacher:
 
 def native_side(cfg: DictConfig, path: str) -> Encoder:
     """A native export read for the run's task (which the export's model card lends when task= is
-    not given: kotune/checkpoint.py), checked against its manifest."""
+    not given: kotune/loading/checkpoint.py), checked against its manifest."""
     from kotune.api.native import checked_native_export, load_native
     from tasks import build_task
 

@@ -15,6 +15,6 @@ def main() -> None:
         from kotune.reporting import main as report
 
         sys.exit(report(sys.argv[2:]))
-    from kotune.cli import run
+    from kotune.cli.main import run
 
     run()

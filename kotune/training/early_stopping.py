@@ -7,7 +7,7 @@ checkpoints at the same steps, the best one kept and loaded at the end) and refu
 rather than switch it on behind the config's back. The callback is stateful: its patience counter
 is saved in every checkpoint (``TrainerState.stateful_callbacks``) and restored on resume
 (``restore_callback_states_from_checkpoint``), so a killed run stops where an uninterrupted one does;
-a checkpoint saved at the stop is marked finished (``kotune.resume``), so rerunning a stopped run
+a checkpoint saved at the stop is marked finished (``kotune.training.resume``), so rerunning a stopped run
 gives its results again instead of training on.
 """
 from __future__ import annotations

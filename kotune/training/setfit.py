@@ -6,7 +6,7 @@
    loss (``CosineSimilarityLoss``, passed explicitly) and trainer (``setfit.Trainer.train_embeddings``, on
    sentence-transformers' trainer).
 2. The head: the encoder is then fixed and SetFit's differentiable head, one linear layer (the sequence
-   head's ``linear`` shape, kotune/build.py), trains on its pooled embedding (``mode.pooling``, mean by
+   head's ``linear`` shape, kotune/loading/build.py), trains on its pooled embedding (``mode.pooling``, mean by
    default, the embedding stage 1 trained) through transformers' Trainer, as in ``mode=frozen``, at
    setfit's head rate and L2 weight (``mode.learning_rate`` 1e-2: train.learning_rate's default;
    train.weight_decay 0.01) — rather than setfit's default scikit-learn logistic regression, so that
@@ -55,7 +55,7 @@ def train_body(cfg: DictConfig, b) -> dict:
     from setfit import SetFitModel, Trainer, TrainingArguments
 
     from heads.model.sentence_transformer import build_sentence_transformer
-    from kotune.runtime import quiet_libraries
+    from kotune.devices import quiet_libraries
 
     quiet_libraries()  # importing setfit turns transformers' log up to info
 
@@ -104,7 +104,7 @@ def quiet(st_trainer) -> None:
     import torch
     from transformers.trainer_callback import ProgressCallback
 
-    from kotune.training_args import plain_progress, progress_bars_off
+    from kotune.training.arguments import plain_progress, progress_bars_off
 
     plain_progress(st_trainer)
     if progress_bars_off():

@@ -1,8 +1,8 @@
 """What ``action=distill`` adds to ``action=train`` (kotune/actions/train.py runs both): a teacher
-(a kotune run or an export of one, checked as predict checks it: kotune/distill_teacher.py), a
+(a kotune run or an export of one, checked as predict checks it: kotune/distill/teacher.py), a
 student built from it (K of its layers, a narrower random encoder, or ``model=`` with the teacher's
-vocabulary), the teacher's logits on the training rows cached once (heads/model/teacher_cache.py),
-optionally unlabelled in-domain text the teacher labels, the loss of kotune/distill_trainer.py, and
+vocabulary), the teacher's logits on the training rows cached once (heads/distill/teacher_cache.py),
+optionally unlabelled in-domain text the teacher labels, the loss of kotune/distill/trainer.py, and
 the teacher named in results.json with its score on the same split."""
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.build import Built, Encoder
+from kotune.loading.build import Built, Encoder
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
-from kotune.distill_teacher import Teacher, file_digest, refuse_layer_copy
+from kotune.distill.teacher import Teacher, file_digest, refuse_layer_copy
 from tasks.base import IGNORE
 
 
@@ -67,7 +67,7 @@ def options(cfg: DictConfig) -> DistillOptions:
 
 class Distillation:
     """One distillation run: the teacher loaded and checked, the student's encoder side for
-    kotune.build, and the steps kotune/actions/train.py calls around training."""
+    kotune.loading.build, and the steps kotune/actions/train.py calls around training."""
 
     def __init__(self, cfg: DictConfig):
         self.opts = options(cfg)
@@ -83,12 +83,12 @@ class Distillation:
 
     # ---- the student ------------------------------------------------------------------------
     def encoder_side(self, cfg: DictConfig):
-        """kotune.build's encoder side for the student: the teacher's tokenizer and length with a
+        """kotune.loading.build's encoder side for the student: the teacher's tokenizer and length with a
         student encoder made from the teacher (K layers, or narrower); None: ``model=`` builds it."""
         o = self.opts
         if o.student_layers is None and o.student_hidden is None:
             return None
-        from heads.model.student import choose_layers, copy_layers, narrow_encoder
+        from heads.distill.student import choose_layers, copy_layers, narrow_encoder
 
         depth = int(self.teacher.config.num_hidden_layers)
         if o.student_hidden is not None:
@@ -125,7 +125,7 @@ class Distillation:
             raise ConfigError(f"{where}: the student's tokenizer (model={b.model.meta.get('model')}) differs from "
                               "the teacher's; the soft targets are per token: use a model with the teacher's "
                               "vocabulary, or distill.student_layers=K / distill.student_hidden=H")
-        from heads.distill_loss import distill_kind
+        from heads.distill.loss import distill_kind
 
         self.kind = distill_kind(b.model.head)
         if self.kind is None:
@@ -144,7 +144,7 @@ class Distillation:
             import datasets
 
             train = datasets.concatenate_datasets([train, unlabeled.cast(train.features)])
-        from heads.model.teacher_cache import TeacherCacheSettings, cached_teacher_logits
+        from heads.distill.teacher_cache import TeacherCacheSettings, cached_teacher_logits
 
         if not cfg.get("cache_dir"):
             raise ConfigError("action=distill keeps the teacher's logits in cache_dir: set cache_dir=DIR")
@@ -184,7 +184,7 @@ class Distillation:
         return features.select_columns(task.model_columns(features))
 
     def loss(self):
-        from kotune.distill_trainer import DistillLoss
+        from kotune.distill.trainer import DistillLoss
 
         o = self.opts
         layered = o.hidden_weight > 0 or o.attention_weight > 0
@@ -195,8 +195,8 @@ class Distillation:
     def results(self, cfg: DictConfig, b: Built, split: str) -> dict:
         """results.json ``distill``: the teacher (path, digest, size, its score on ``split``), the
         student's layer map, the loss settings, the logit cache."""
-        from kotune.checkpoint_fit import task_for_checkpoint
-        from kotune.predict import batch_predictor, predict_rows
+        from kotune.loading.reconcile import task_for_checkpoint
+        from kotune.inference.predict import batch_predictor, predict_rows
         from tasks import build_task
 
         teacher = self.teacher

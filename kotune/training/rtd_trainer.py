@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from kotune.trainer import PretrainingTrainer
+from kotune.training.trainer import PretrainingTrainer
 
 
 class RTDTrainer(PretrainingTrainer):

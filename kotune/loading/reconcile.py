@@ -1,11 +1,11 @@
 """What a checkpoint's model asks of the run that reads it: the mode it was saved by, the task
-options its weights depend on (``Task.saved_options``) and the columns its task read (kotune/build.py
+options its weights depend on (``Task.saved_options``) and the columns its task read (kotune/loading/build.py
 applies them)."""
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.checkpoint import checkpoint_model_dir
+from kotune.loading.checkpoint import checkpoint_model_dir
 from tasks.base import Task
 from kotune.core.errors import ConfigError
 from kotune.core.log import log

@@ -1,4 +1,4 @@
-"""``cfg.train`` → ``transformers.TrainingArguments`` (read by kotune/trainer.py's trainers and
+"""``cfg.train`` → ``transformers.TrainingArguments`` (read by kotune/training/trainer.py's trainers and
 ``action=pretrain``): steps, batches, evaluation and checkpoint schedule, precision, loggers."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from omegaconf import DictConfig
 from transformers import TrainingArguments
 
-from kotune import early_stopping
-from kotune.runtime import cpu_only, dataloader_workers
+from kotune.training import early_stopping
+from kotune.devices import cpu_only, dataloader_workers
 from kotune.core.errors import ConfigError
 
 

@@ -1,13 +1,13 @@
 """What runs a loaded model's batches: the runtime its ``runtime`` attribute names (kotune/core/backends.py's
 Runtime, registered with ``kotune.register_runtime``), asked by action=predict / eval
-(kotune/predict.py), the loader's mode check (kotune/build.py) and action=serve / ``kotune.load``
+(kotune/inference/predict.py), the loader's mode check (kotune/loading/build.py) and action=serve / ``kotune.load``
 (kotune/serving/app.py, kotune/api/predictor.py).
 
 ``torch`` is kotune's own model (heads/model/kotune_model.py's KotuneModel), registered here: transformers'
 Trainer runs it, and every batch outside Trainer goes through :func:`torch_forward` (which runs
 heads/model/inference.py's one forward on ``predict.device``). The others register
 beside their model classes: ``onnxruntime`` (kotune/export/onnx.py) and ``transformers`` (kotune/api/native.py).
-(kotune/runtime.py is another matter: where a job runs, its devices and ranks.)"""
+(kotune/devices.py is another matter: where a job runs, its devices and ranks.)"""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable

@@ -14,12 +14,12 @@ from typing import Any, Callable
 import numpy as np
 from omegaconf import DictConfig
 
-from kotune import abstention
-from kotune.build import Built, build, make_collator
+from kotune.calibration import abstention
+from kotune.loading.build import Built, build, make_collator
 from heads.model import inference
 from heads.model.inference import row_size, token_batches
-from kotune.runtime import is_rank_zero, local_rank_zero_first, world_size
-from kotune.runtimes import batch_forward, runtime_of
+from kotune.devices import is_rank_zero, local_rank_zero_first, world_size
+from kotune.inference.model_runtimes import batch_forward, runtime_of
 from tasks.base import IGNORE
 from kotune.core.errors import ConfigError
 from kotune.core.files import write_jsonl_atomic
@@ -79,9 +79,9 @@ class BatchPredictor:
 
 def row_sizes(rows) -> list[tuple[int, int]]:
     """Each row's (sequences, longest) for the token budget: from the token column alone where the rows
-    are a ``datasets.Dataset`` (training's budget reads it so: kotune/token_budget.py), else row by row."""
+    are a ``datasets.Dataset`` (training's budget reads it so: kotune/training/token_budget.py), else row by row."""
     if getattr(rows, "column_names", None) is not None:
-        from kotune.token_budget import feature_sizes
+        from kotune.training.token_budget import feature_sizes
 
         return feature_sizes(rows)
     return [row_size(rows[i]) for i in range(len(rows))]
@@ -126,11 +126,11 @@ def outside_trainer(cfg: DictConfig) -> bool:
 
 
 def predictor_for(cfg: DictConfig, b: Built, run_dir: str):
-    """What runs the batches, as the model's runtime says (kotune/runtimes.py): Trainer for a
+    """What runs the batches, as the model's runtime says (kotune/inference/model_runtimes.py): Trainer for a
     checkpoint (unless :func:`outside_trainer`), :class:`BatchPredictor` for an ONNX export."""
     if not runtime_of(b.model).trainer or outside_trainer(cfg):
         return batch_predictor(cfg, b.model, b.tokenizer)
-    from kotune.trainer import make_trainer  # transformers' Trainer: loaded once a model is to run
+    from kotune.training.trainer import make_trainer  # transformers' Trainer: loaded once a model is to run
 
     return make_trainer(cfg, b, run_dir)
 
@@ -174,7 +174,7 @@ def fit_decision(trainer, b: Built) -> None:
 
 def write_predictions(run_dir: str, b: Built, split: str, outputs: list, abstained: list | None = None) -> str:
     """predictions.jsonl in input order, plus the task's own files (QA: predictions.json);
-    ``abstained``: per row, whether it abstains (predict.min_confidence: kotune/abstention.py)."""
+    ``abstained``: per row, whether it abstains (predict.min_confidence: kotune/calibration/abstention.py)."""
     path = os.path.join(run_dir, "predictions.jsonl")
     records = b.task.prediction_records(outputs, b.splits[split].examples)
     write_jsonl_atomic(path, abstention.mark(records, abstained))

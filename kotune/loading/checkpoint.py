@@ -2,7 +2,7 @@
 saved model lies, and the config choices an action given ``checkpoint=`` takes from it — the task
 preset and the task options the weights depend on, the model and mode presets — unless the
 overrides name them (``checkpoint_overrides``, applied by the command line and
-``kotune.overrides.compose`` before Hydra composes; the columns follow in kotune/build.py).
+``kotune.cli.overrides.compose`` before Hydra composes; the columns follow in kotune/loading/build.py).
 
 Nothing read here reaches Hydra unchecked (docs/actions/checkpoints.md): the file is checked key by
 key (heads/model/artifact.py), the task and mode must be presets listed in conf/ and each task option one
@@ -23,7 +23,7 @@ SPEC_FILE = "kotune.json"
 
 def checkpoint_model_dir(path: str) -> str:
     """The saved kotune model of ``checkpoint=`` (the run directory or its ``model/``); an ONNX
-    export is refused in one line (only predict, eval and serve read one: kotune/build.py)."""
+    export is refused in one line (only predict, eval and serve read one: kotune/loading/build.py)."""
     from kotune.export.onnx import is_onnx_export
 
     for candidate in (path, os.path.join(path, "model")):
@@ -179,7 +179,7 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
     """``checkpoint=RUN`` and no ``task=`` / ``model=`` / ``mode=``: the checkpoint's presets
     first, then its saved task options (``Task.saved_options``) that the overrides do not set, so
     ``task.*`` overrides apply to the task the model was trained for and a conflicting one stays
-    the user's (kotune/build.py names it in one line). Unchanged without a readable checkpoint (the
+    the user's (kotune/loading/build.py names it in one line). Unchanged without a readable checkpoint (the
     action then says what is missing) or for a sweep over checkpoints."""
     given = {override_key(o): o.partition("=")[2] for o in overrides if "=" in o and not o.startswith("-")}
     path = given.get("checkpoint", "")
@@ -188,7 +188,7 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
         path = given.get("distill.teacher", "")
     if not path or path == "null":
         return overrides
-    path = override_text(path)  # quoted or escaped as Hydra's grammar wants it (kotune.overrides.quote_paths)
+    path = override_text(path)  # quoted or escaped as Hydra's grammar wants it (kotune.cli.overrides.quote_paths)
     if not path:  # a sweep over checkpoints: each job reads its own
         return overrides
     if teacher and "task" not in given:
@@ -218,7 +218,7 @@ def checkpoint_overrides(overrides: list[str]) -> list[str]:
             written = hydra_value(value)
             if f"task.{option}" not in given and written is not None:
                 added.append(f"++task.{option}={written}")
-    # the length it was trained with, unless one is asked for (kotune/build.py says when it differs)
+    # the length it was trained with, unless one is asked for (kotune/loading/build.py says when it differs)
     if not {"train.max_length", "task.max_length"} & set(given) and isinstance(meta.get("max_length"), int):
         added.append(f"train.max_length={meta['max_length']}")
     if added:

@@ -140,7 +140,7 @@ def calibrate(cfg: DictConfig, trainer, b, run_dir: str) -> dict | None:
     b.model.meta["calibration"] = {k: entry[k] for k in ("method", "temperature", "platt", "held_out")}
     log(f"calibration on the validation split: ECE {entry['before']['ece']:.4f} → {entry['after']['ece']:.4f}, "
         f"NLL {entry['before']['nll']:.4f} → {entry['after']['nll']:.4f}")
-    from kotune.runtime import is_rank_zero
+    from kotune.devices import is_rank_zero
 
     # the bins stay in results.json: report.py pools them over a row's seeds into its own diagram
     entry["reliability"] = {"before": reliability_bins(rows_before, gold), "after": reliability_bins(rows_after, gold)}

@@ -1,7 +1,8 @@
 """What conf/ needs resolved in Python — the learning-rate defaults (``${kotune_lr:…}``,
 ``${kotune_mix_lr:…}``), the packaged data files (``${kotune_data:demo/train.tsv}``), search ranges
 around a default (``${kotune_log_range:…}``) and sweep job directories (``${kotune_job_dir:…}``) —
-registered when ``kotune`` is imported, and where the config lives."""
+registered when this module is imported (the command line, the Python API's compose and the plug-in
+loader import it before Hydra composes conf/), and where the config lives."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ from omegaconf import OmegaConf
 import kotune_data
 from kotune.sweeps.naming import job_dir_name
 
-CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
 GROUPS = ("task", "model", "mode", "train", "data")  # the config groups a user picks on the command line
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from heads.distill_loss import teacher_rows
+from heads.distill.loss import teacher_rows
 from heads.model.inference import Inference, resolve
 from heads.model.feature_cache import (CacheSettings, CachedInputs, FeatureStore, _build, _locked, data_digest,
                                        row_lengths, validate, weights_digest)
@@ -26,7 +26,7 @@ from kotune.core.errors import ConfigError
 from kotune.core.log import log
 
 TEACHER_CACHE_VERSION = 1
-COLUMN = "teacher_logits"  # the batch key the distillation loss reads (kotune/distill_trainer.py)
+COLUMN = "teacher_logits"  # the batch key the distillation loss reads (kotune/distill/trainer.py)
 
 
 class TeacherCacheSettings(CacheSettings):
@@ -38,7 +38,7 @@ class TeacherCacheSettings(CacheSettings):
 @dataclass
 class TeacherSource:
     """What the cache asks of a teacher, whatever runs it (a KotuneModel here; an ONNX or a native
-    export in kotune/distill_teacher.py): its head's logits of one padded batch, and what names it."""
+    export in kotune/distill/teacher.py): its head's logits of one padded batch, and what names it."""
     logits: Callable[..., Any]  # (input_ids, attention_mask, token_type_ids, **extra columns) → logits, as the head gives them
     digest: str                 # its weights: another teacher is another key
     description: str            # its head, as kotune describes it

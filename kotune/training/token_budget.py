@@ -5,7 +5,7 @@ collator pads — stays within the budget (heads/model/inference.py's ``token_ba
 inference uses), and the batches come in a seeded random order per epoch. The cut depends on the
 sorted lengths only, so every epoch has the same number of batches and Trainer's schedule, resume
 (``set_epoch`` and skipped batches) and step counts hold. A step's loss stays the mean over its
-labelled items whatever rows a batch holds (kotune/trainer.py's ``loss_counts``)."""
+labelled items whatever rows a batch holds (kotune/training/trainer.py's ``loss_counts``)."""
 from __future__ import annotations
 
 import numpy as np

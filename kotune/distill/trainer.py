@@ -1,9 +1,9 @@
-"""``action=distill``'s Trainer: kotune's (kotune/trainer.py) with the distillation loss
+"""``action=distill``'s Trainer: kotune's (kotune/training/trainer.py) with the distillation loss
 
-    (1 − alpha) · task loss + alpha · soft-target loss (heads/distill_loss.py)
+    (1 − alpha) · task loss + alpha · soft-target loss (heads/distill/loss.py)
       [+ hidden · hidden-state loss + attention · attention loss]
 
-The soft targets are the batch's cached teacher logits (heads/model/teacher_cache.py): the teacher
+The soft targets are the batch's cached teacher logits (heads/distill/teacher_cache.py): the teacher
 does not run during training, unless hidden-state or attention matching (``distill.hidden_weight``,
 ``distill.attention_weight``) needs its layers' outputs at each step. Each term is a mean over its
 own items across the optimizer step's micro-batches: ``loss_counts`` appends the soft-target items
@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from heads.distill_loss import attention_sum, hidden_state_sum, soft_target_count, soft_target_sum
+from heads.distill.loss import attention_sum, hidden_state_sum, soft_target_count, soft_target_sum
 from heads.model.feature_cache import CachedInputs, row_lengths
-from heads.model.student import layer_stack
-from heads.model.teacher_cache import COLUMN
+from heads.distill.student import layer_stack
+from heads.distill.teacher_cache import COLUMN
 from kotune.core.errors import ConfigError
-from kotune.trainer import KotuneTrainer
+from kotune.training.trainer import KotuneTrainer
 
 
 @dataclass
 class DistillLoss:
-    kind: str                 # heads/distill_loss.py's KINDS
+    kind: str                 # heads/distill/loss.py's KINDS
     temperature: float
     alpha: float              # the soft targets' share; 1 − alpha the task loss's
     hidden_weight: float = 0.0

@@ -8,11 +8,11 @@ from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.checkpoint import checkpoint_model_dir, read_spec
-from kotune.checkpoint_fit import check_checkpoint_mode, task_for_checkpoint, use_saved_columns
-from kotune.runtime import pad_multiple, seed_everything
-from kotune.runtimes import runtime_of
-from kotune.weighting import apply_class_weights, check_class_weights
+from kotune.loading.checkpoint import checkpoint_model_dir, read_spec
+from kotune.loading.reconcile import check_checkpoint_mode, task_for_checkpoint, use_saved_columns
+from kotune.devices import pad_multiple, seed_everything
+from kotune.inference.model_runtimes import runtime_of
+from kotune.training.weighting import apply_class_weights, check_class_weights
 from tasks import build_task
 from tasks.base import EncodeSettings, Task
 from tasks.encode_cache import encode_cached
@@ -157,7 +157,7 @@ class Built:
     def __init__(self, task: Task, splits: dict[str, Split], tokenizer, model, features: dict, max_length: int):
         self.task, self.splits, self.tokenizer, self.model = task, splits, tokenizer, model
         self.features, self.max_length = features, max_length
-        self.class_weights: dict | None = None  # train.class_weights: {label: {count, weight}} (kotune/weighting.py)
+        self.class_weights: dict | None = None  # train.class_weights: {label: {count, weight}} (kotune/training/weighting.py)
         # what Trainer reads per split: the model columns, or with them cached frozen states
         self.inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
         self.cache_report: dict = {}
@@ -172,7 +172,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     ONNX export (actions that only predict). ``encoder_side``: (task, training texts) → the
     tokenizer and a fresh encoder, in place of ``cfg.model``'s (action=distill's student)."""
     task = build_task(cfg.task)
-    from kotune.abstention import min_confidence
+    from kotune.calibration.abstention import min_confidence
 
     min_confidence(cfg, task)  # predict.min_confidence on a task that cannot abstain: refused before any work
     if cfg.get("checkpoint") and not new_head:
@@ -184,7 +184,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
         require_data_files(cfg.data, need)
         seed_everything(int(cfg.train.seed))
         loaded = load_encoder_side(cfg, task, None, onnx=onnx)
-        if runtime_of(loaded.model).kotune_model:  # an export is a plain native model (kotune/runtimes.py)
+        if runtime_of(loaded.model).kotune_model:  # an export is a plain native model (kotune/inference/model_runtimes.py)
             check_checkpoint_mode(cfg, loaded.model, cfg.checkpoint, "train" in need)
         task = task_for_checkpoint(task, loaded.model.meta | {"head": loaded.model.head_description()}, cfg.checkpoint)
         use_saved_columns(task, loaded.model.meta, cfg.checkpoint)
@@ -238,11 +238,11 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
 
 
 def calibrate_fraction(cfg: DictConfig, need: tuple[str, ...]) -> float:
-    """``train.calibrate`` (kotune/calibration.py): the share of the training split held out to fit it
+    """``train.calibrate`` (kotune/calibration/fit.py): the share of the training split held out to fit it
     on, where the action asks for it (action=train: 'calibrate' in ``need``); else 0."""
     if "calibrate" not in need:
         return 0.0
-    from kotune.calibration import fraction
+    from kotune.calibration.fit import fraction
 
     return fraction(cfg)
 

@@ -16,8 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kotune import embeddings
 from kotune.actions import ACTIONS
-from kotune.runtime import is_rank_zero, world_size
-from kotune.train_ranges import check_train
+from kotune.devices import is_rank_zero, world_size
+from kotune.training.ranges import check_train
 from kotune.core.atomic_dir import clear_leftovers
 from tasks.encode_cache import fingerprint
 from kotune.core.errors import ConfigError, KotuneError

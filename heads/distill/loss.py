@@ -2,7 +2,7 @@
 every head's loss (heads/loss.py), so that a step split into micro-batches has the whole step's mean.
 
 The teacher's logits arrive as the batch's ``teacher_logits`` column, [B, L, 1, C] as its cache
-stores them (heads/model/teacher_cache.py): one slot per row (L = 1) for the per-example heads, a
+stores them (heads/distill/teacher_cache.py): one slot per row (L = 1) for the per-example heads, a
 slot per labelled position for the token head, a start and an end logit (C = 2) per position for
 the span head. Per head kind (``distill_kind``):
 

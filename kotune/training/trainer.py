@@ -1,6 +1,6 @@
 """``transformers.Trainer`` as kotune uses it: the Trainer subclass (evaluation order, scalar-mix
 learning rate, checkpoints that resume exactly) and the trainer of a built run (its
-``TrainingArguments``: kotune/training_args.py)."""
+``TrainingArguments``: kotune/training/arguments.py)."""
 from __future__ import annotations
 
 import math
@@ -13,14 +13,14 @@ from omegaconf import DictConfig
 from torch.utils.data import SequentialSampler
 from transformers import PreTrainedModel, Trainer
 
-from kotune import early_stopping
+from kotune.training import early_stopping
 
 from kotune.sweeps import pruning
-from kotune.build import Built, make_collator
-from kotune.optim import check_layer_decay, parameter_groups
-from kotune.resume import COMPLETE, resume_identity
-from kotune.runtime import pad_multiple, world_size
-from kotune.training_args import plain_progress, tensorboard_dir, training_arguments
+from kotune.loading.build import Built, make_collator
+from kotune.training.optim import check_layer_decay, parameter_groups
+from kotune.training.resume import COMPLETE, resume_identity
+from kotune.devices import pad_multiple, world_size
+from kotune.training.arguments import plain_progress, tensorboard_dir, training_arguments
 from kotune.core.errors import KotuneError
 from kotune.core.files import write_json_atomic
 
@@ -41,7 +41,7 @@ class KotuneTrainer(Trainer):
       sampler (random megabatches) for evaluation and prediction when
       ``train_sampling_strategy="group_by_length"``, which permutes predictions.
     - The scalar mix gets its own learning rate (``mix_learning_rate``: ``train.mix_learning_rate``),
-      the encoder's layers decaying ones with ``layer_lr_decay`` < 1 (kotune/optim.py).
+      the encoder's layers decaying ones with ``layer_lr_decay`` < 1 (kotune/training/optim.py).
     - A step's loss is the mean over its effective batch's labelled items whatever the split into
       micro-batches (``train.grad_accum``) and processes: ``num_items_in_batch`` holds, per loss
       term, the items of all of the step's micro-batches (``loss_counts``), and the loss divides
@@ -130,10 +130,10 @@ class KotuneTrainer(Trainer):
         return float(self.loss_sum_before) + float(mine.double().mean().item())
 
     def get_train_dataloader(self):
-        """``train.batch_tokens``: batches filled to a token budget (kotune/token_budget.py); else Trainer's."""
+        """``train.batch_tokens``: batches filled to a token budget (kotune/training/token_budget.py); else Trainer's."""
         if not self.batch_tokens or self.train_dataset is None:
             return super().get_train_dataloader()
-        from kotune.token_budget import train_dataloader
+        from kotune.training.token_budget import train_dataloader
 
         return train_dataloader(self, self.batch_tokens)
 
@@ -201,11 +201,11 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
                  trainer_class: type[KotuneTrainer] | None = None) -> KotuneTrainer:
     """The trainer of a built run: evaluation in length-sorted batches scored in input order, the
     task's main metric for ``train.select_best``. ``fit_decision``: what fits the task's decision
-    on the held-out training slice (kotune.predict.fit_decision, given by action=train), run before
+    on the held-out training slice (kotune.inference.predict.fit_decision, given by action=train), run before
     each evaluation during training, so that an evaluation decides as the end of training will
     (multi-label ``task.threshold=tune``) and ``train.select_best`` keeps a checkpoint by the
     decision it will be saved with (never fitted on the evaluation split). ``trainer_class``: a
-    subclass with a loss of its own (action=distill's kotune/distill_trainer.py)."""
+    subclass with a loss of its own (action=distill's kotune/distill/trainer.py)."""
     from tasks.collate import in_order, length_order, restore_order
 
     task = b.task
@@ -225,8 +225,8 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
     steps_per_epoch = None
     batch_tokens = cfg.train.get("batch_tokens")
     if train is not None:
-        if batch_tokens:  # the token-budget cut decides the batches (kotune/token_budget.py)
-            from kotune.token_budget import TokenBudgetBatches, feature_sizes
+        if batch_tokens:  # the token-budget cut decides the batches (kotune/training/token_budget.py)
+            from kotune.training.token_budget import TokenBudgetBatches, feature_sizes
 
             batches = len(TokenBudgetBatches(feature_sizes(b.inputs["train"]), int(batch_tokens), 0,
                                              pad_multiple(cfg.train), world_size())) * world_size()

@@ -1,11 +1,11 @@
 """The overrides a user writes, checked and rewritten before Hydra composes them — for the command
-line (kotune/cli.py) and for jobs composed in-process (:func:`compose`), so both read
+line (kotune/cli/main.py) and for jobs composed in-process (:func:`compose`), so both read
 ``checkpoint=RUN`` alike:
 
 - ``model.config_overrides.X=V`` (open dicts) without Hydra's ``++``; non-ASCII values quoted, and
   paths that Hydra's grammar would misread (``checkpoint=runs/fold=0``);
 - ``checkpoint=RUN`` brings the task, task options, model and mode it was trained with
-  (kotune/checkpoint.py);
+  (kotune/loading/checkpoint.py);
 - ``hydra.sweeper.params.KEY=RANGE`` (Hydra refuses to sweep its own config) read as ``KEY=RANGE``,
   which is how a search range is given on the command line;
 - a key that is not in the config (``data.text_colum=``) is one line naming the closest key, not
@@ -17,8 +17,8 @@ import difflib
 import os
 from typing import Any
 
-from kotune.checkpoint import checkpoint_overrides, hydra_value, override_key, override_text
-from kotune.config import CONF_DIR
+from kotune.loading.checkpoint import checkpoint_overrides, hydra_value, override_key, override_text
+from kotune.cli.config import CONF_DIR
 from kotune.core.log import log
 
 OPEN_DICTS = ("model.config_overrides.", "model.tokenizer_kwargs.")
@@ -102,7 +102,7 @@ def job_overrides(overrides: list[str]) -> list[str]:
 
 
 def compose(overrides: list[str], config_dir: str = CONF_DIR):
-    """``kotune.job.execute(compose([...]), run_dir)``: a job's config composed in-process as the
+    """``kotune.cli.job.execute(compose([...]), run_dir)``: a job's config composed in-process as the
     command line composes it (``checkpoint=RUN`` included)."""
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

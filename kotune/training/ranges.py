@@ -1,4 +1,4 @@
-"""The numeric ``train.*`` settings' allowed ranges, one table, checked by kotune/job.py before a job
+"""The numeric ``train.*`` settings' allowed ranges, one table, checked by kotune/cli/job.py before a job
 reads or builds anything: ``train.learning_rate=-1`` or ``=nan``, ``train.batch_size=0``,
 ``train.max_steps=-5`` are one line naming the key and its range (Trainer would fail deep inside,
 reported as a bug, or train 0 steps and report ``status ok``)."""
@@ -37,7 +37,7 @@ def or_null(rule: Callable[[Any], bool]) -> Callable[[Any], bool]:
 
 
 def or_auto(rule: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or v == "auto" or rule(v)  # null reads as auto (kotune/runtime.py)
+    return lambda v: v is None or v == "auto" or rule(v)  # null reads as auto (kotune/devices.py)
 
 
 # key (under train.) → (the value fits, what fits, in words)

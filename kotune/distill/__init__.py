@@ -1,0 +1,1 @@
+"""kotune/distill"""
