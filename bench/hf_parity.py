@@ -82,7 +82,9 @@ def logit_parity(head: str, checkpoint: Path, cache: Path) -> float:
     """(a): kotune's model as kotune builds it, its head copied into the stock HF model."""
     import torch
 
-    from kotune.loading.build import build, make_collator
+    from kotune.loading.build import build
+
+    from kotune.loading.built import make_collator
     from kotune.export.native import head_key_map
 
     cfg = compose(overrides_for(head, checkpoint, 1, 0, cache))
@@ -118,7 +120,7 @@ def hf_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, wo
     """The stock recipe on the same features; kotune's task decodes and scores its logits."""
     from transformers import AutoTokenizer, Trainer
 
-    from kotune.loading.build import make_collator, requested_max_length
+    from kotune.loading.built import make_collator, requested_max_length
     from kotune.training.arguments import training_arguments
     from tasks import build_task
     from tasks.base import EncodeSettings

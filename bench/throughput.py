@@ -65,7 +65,8 @@ from transformers import Trainer, TrainerCallback, default_data_collator  # noqa
 from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 
 from bench.common import PeakMemory, matmul_peak, median, sync, timed  # noqa: E402
-from kotune.loading.build import Built, build  # noqa: E402
+from kotune.loading.build import build
+from kotune.loading.built import Built  # noqa: E402
 from kotune.cli.overrides import compose  # noqa: E402
 from kotune.inference.predict import predict  # noqa: E402
 from kotune.devices import pad_multiple, quiet_libraries  # noqa: E402

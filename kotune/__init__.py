@@ -10,9 +10,10 @@
     @kotune.register_task("my_task")        # plug-ins: docs/development/plugins.md
     class MyTask(kotune.ClassificationTask): ...
 
-Importing the package is light (no torch): the API and the base classes load on first use, so that
-kotune.core (the ground floor every layer imports) never pulls the layers above it in. Importing it
-registers the config resolvers (``kotune.cli.config``) that conf/ uses.
+Importing the package is light (no torch, nothing of kotune's but its ground floor): the API and the
+base classes load on first use, so that kotune.core (the ground floor tasks/ and heads/ import)
+never pulls the layers above it in (tests/test_layout.py). conf/'s resolvers are registered by
+kotune/cli/config.py, which everything that composes conf/ imports.
 """
 from __future__ import annotations
 

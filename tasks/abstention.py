@@ -10,10 +10,30 @@ confidence, most confident first; risk = 1 - accuracy of the answered rows; cove
 (None)."""
 from __future__ import annotations
 
+import math
 from typing import Sequence
+
+from kotune.core.errors import ConfigError
 
 ABSTAIN = "abstain"  # the prediction field of an abstained row (predictions.jsonl, the server)
 MAX_CURVE_POINTS = 50  # results.json's curve: at most this many points of the exact curve
+
+
+def checked_threshold(value, task) -> float | None:
+    """``predict.min_confidence`` checked (None: off): a number in [0, 1], for a task that can abstain
+    (``Task.abstention_refusal``); else one line. Every action that builds a task asks it first."""
+    if value is None:
+        return None
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        p = math.nan
+    if isinstance(value, bool) or not 0.0 <= p <= 1.0:
+        raise ConfigError(f"predict.min_confidence={value}: a probability in [0, 1] (null: never abstain)")
+    why = task.abstention_refusal()
+    if why:
+        raise ConfigError(f"predict.min_confidence={value}: task {task.name} {why}")
+    return p
 
 
 def abstains(confidences: Sequence[float], threshold: float) -> list[bool]:

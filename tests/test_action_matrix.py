@@ -338,7 +338,9 @@ def native_predictions(trained, export: dict, out: Path) -> list[dict]:
     equal the kotune model's (1e-5, the real tokens of per-token heads)."""
     import transformers
 
-    from kotune.loading.build import build, make_collator
+    from kotune.loading.build import build
+
+    from kotune.loading.built import make_collator
     from kotune.inference.predict import predict, write_predictions
     from kotune.training.trainer import make_trainer
 
@@ -407,7 +409,8 @@ def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_
     import numpy as np
 
     from kotune.export.onnx import OnnxModel
-    from kotune.loading.build import build, make_collator
+    from kotune.loading.build import build
+    from kotune.loading.built import make_collator
     from kotune.inference.predict import BatchPredictor
     from kotune.inference.model_runtimes import torch_forward
     from tasks.collate import in_order, length_order

@@ -155,7 +155,7 @@ def minimal_checkpoint(tmp_path: Path, task_options: dict, task: str = "token_cl
 ])
 def test_a_bad_task_option_is_refused_naming_it(tmp_path, options, key, why):
     from heads.model.artifact import ArtifactError
-    from kotune.loading.checkpoint import checkpoint_overrides
+    from kotune.cli.checkpoint_overrides import checkpoint_overrides
 
     ck = minimal_checkpoint(tmp_path, options)
     with pytest.raises(ArtifactError) as e:

@@ -132,7 +132,9 @@ def test_the_built_model_pools_its_windows_as_task_window_pool_says(tmp_path, ca
     (always the mean) fails one of them — the pooling function's own test cannot see that."""
     import torch
 
-    from kotune.loading.build import build, make_collator
+    from kotune.loading.build import build
+
+    from kotune.loading.built import make_collator
 
     train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
     train.write_text(documents(16, 1), encoding="utf-8")

@@ -201,7 +201,7 @@ def test_predicted_entities_group_tags_as_the_simple_pipeline_does():
 def test_the_checkpoints_presets_and_task_options_come_first_and_the_users_win(tmp_path):
     """A character tagger trained frozen: its task, model, mode and options are put before the user's
     overrides; a task option or preset the user names is theirs (a conflict is then build's one line)."""
-    from kotune.loading.checkpoint import checkpoint_overrides
+    from kotune.cli.checkpoint_overrides import checkpoint_overrides
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "kotune.json").write_text(json.dumps({"head": "token_char", "frozen": True, "meta": {

@@ -54,7 +54,8 @@ def test_onnx_logits_equal_kotunes_on_the_demo_dev_set_and_int8_agrees(demo):
     import numpy as np
 
     from kotune.export.onnx import OnnxModel
-    from kotune.loading.build import build, make_collator
+    from kotune.loading.build import build
+    from kotune.loading.built import make_collator
     from kotune.inference.predict import BatchPredictor
     from kotune.inference.model_runtimes import torch_forward
 

@@ -269,13 +269,15 @@ class KotuneModel(nn.Module):
         return spec
 
     @classmethod
-    def load(cls, directory: str) -> "KotuneModel":
+    def load(cls, directory: str, spec: dict | None = None) -> "KotuneModel":
+        """The model saved in ``directory``; ``spec``: its kotune.json as already read and checked
+        (kotune/loading/checkpoint.py reads a checkpoint's once), else read and checked here."""
         from transformers import AutoConfig, AutoModel
 
         from heads.model.artifact import ArtifactError, check_against_weights, check_sizes, check_weights
         from heads.model.encoder import no_pooler
 
-        spec = cls.spec(directory)
+        spec = cls.spec(directory) if spec is None else spec
         # saved with a manifest (kotune.json says so): every file as it was written; older saves have none
         verify_manifest(directory, bool(spec.get("manifest")), "retrain, or save the model again")
         check_weights(directory)

@@ -9,7 +9,8 @@ import time
 from omegaconf import DictConfig
 
 from heads.model.inference import check_batch_tokens, of as inference_of
-from kotune.loading.build import load_encoder_side, resolve_max_length
+from kotune.loading.build import load_encoder_side
+from kotune.loading.built import resolve_max_length
 from kotune.loading.checkpoint import read_spec
 from kotune.devices import seed_everything
 from tasks import embed

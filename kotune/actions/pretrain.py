@@ -11,7 +11,7 @@ import os
 
 from omegaconf import DictConfig
 
-from kotune.loading.build import resolve_max_length, warn_unknown_hangul
+from kotune.loading.built import resolve_max_length, warn_unknown_hangul
 from kotune.training.resume import resume_identity, train_resumable
 from kotune.devices import local_rank_zero_first
 from kotune.training.rtd_trainer import RTDTrainer

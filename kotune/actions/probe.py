@@ -20,7 +20,9 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from kotune.loading.build import Built, build
+from kotune.loading.build import build
+
+from kotune.loading.built import Built
 from kotune.inference.predict import fit_decision, predict, run_report
 from kotune.devices import is_rank_zero, local_rank_zero_first, seed_everything
 from kotune.training.trainer import make_trainer

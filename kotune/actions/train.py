@@ -44,7 +44,8 @@ def run(cfg: DictConfig, run_dir: str, distillation=None) -> dict:
     need = ("train", "validation", "select") if selection == SELECTIONS["inner"] else ("train", "validation")
     with local_rank_zero_first():
         b = build(cfg, need + (("calibrate",) if calibration.method(cfg) else ()),
-                  encoder_side=distillation.encoder_side(cfg) if distillation else None)
+                  encoder_side=distillation.encoder_side(cfg) if distillation else None,
+                  calibrate_share=calibration.fraction(cfg))
         if distillation:
             distillation.prepare(cfg, b)
     calibration.check(cfg, b.model, b.splits)  # a head without class probabilities, a slice too small: before training

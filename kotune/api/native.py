@@ -153,7 +153,7 @@ def load_native(path: str, task) -> tuple[NativeModel, Any]:
 
 def native_predictor(path: str, overrides: list[str]):
     """``action=serve``'s predictor over the native export at ``path``."""
-    from kotune.loading.build import Built
+    from kotune.loading.built import Built
     from kotune.loading.reconcile import task_for_checkpoint
     from kotune.inference.predict import batch_predictor
     from kotune.serving.app import Predictor, servable

@@ -8,15 +8,13 @@ coverage, accuracy and the task's metrics on the answered rows, the risk–cover
 The curve and coverage are pure functions in tasks/abstention.py; docs/abstention.md."""
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
 from omegaconf import DictConfig
 
-from kotune.core.errors import ConfigError
-from tasks.abstention import (ABSTAIN, abstains, area_under_curve, coverage, risk, risk_coverage_curve,
-                              thin)
+from tasks.abstention import (ABSTAIN, abstains, area_under_curve, checked_threshold, coverage, risk,
+                              risk_coverage_curve, thin)
 
 PLOT = "risk_coverage.png"
 REPORT_FIELDS = ("min_confidence", "n", "answered", "coverage", "accuracy", "risk", "metrics", "aurc", "curve",
@@ -25,19 +23,7 @@ REPORT_FIELDS = ("min_confidence", "n", "answered", "coverage", "accuracy", "ris
 
 def min_confidence(cfg: DictConfig, task) -> float | None:
     """The threshold set (None: off), checked: a number in [0, 1], for a task that can abstain."""
-    value = (cfg.get("predict") or {}).get("min_confidence")
-    if value is None:
-        return None
-    try:
-        p = float(value)
-    except (TypeError, ValueError):
-        p = math.nan
-    if isinstance(value, bool) or not 0.0 <= p <= 1.0:
-        raise ConfigError(f"predict.min_confidence={value}: a probability in [0, 1] (null: never abstain)")
-    why = task.abstention_refusal()
-    if why:
-        raise ConfigError(f"predict.min_confidence={value}: task {task.name} {why}")
-    return p
+    return checked_threshold((cfg.get("predict") or {}).get("min_confidence"), task)
 
 
 def abstained(cfg: DictConfig, task, outputs: list[Any]) -> list[bool] | None:

@@ -17,7 +17,7 @@ import difflib
 import os
 from typing import Any
 
-from kotune.loading.checkpoint import checkpoint_overrides, hydra_value, override_key, override_text
+from kotune.cli.checkpoint_overrides import checkpoint_overrides, hydra_value, override_key, override_text
 from kotune.cli.config import CONF_DIR
 from kotune.core.log import log
 

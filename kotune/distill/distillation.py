@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.loading.build import Built, Encoder
+from kotune.loading.built import Built, Encoder
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
 from kotune.distill.teacher import Teacher, file_digest, refuse_layer_copy

@@ -14,7 +14,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from heads.model.inference import Inference, of as inference_of
-from kotune.loading.build import Encoder, load_checkpoint_side
+from kotune.loading.built import Encoder
 from kotune.core.atomic_dir import MANIFEST
 from kotune.core.errors import ConfigError
 
@@ -40,7 +40,8 @@ class Teacher:
     and what distillation asks of it."""
 
     def __init__(self, cfg: DictConfig, path: str):
-        from kotune.loading.checkpoint import checkpoint_model_dir, read_spec
+        from kotune.loading.checkpoint import read_checkpoint
+        from kotune.loading.from_checkpoint import encoder_of, onnx_settings
 
         self.path, self.source = path, teacher_source_kind(path)
         if self.source == "native":
@@ -48,11 +49,10 @@ class Teacher:
             self.mode = None
         else:
             # a run: nothing saved there, or a file not as saved, is one line; an ONNX export: its spec and manifest
-            self.folder = path if self.source == "onnx" else checkpoint_model_dir(path)
-            spec = read_spec(path)
-            self.side = load_checkpoint_side(OmegaConf.merge(cfg, {"checkpoint": path}), None,
-                                             onnx=self.source == "onnx")
-            self.mode = self.side.model.mode if self.source == "run" else spec.get("mode")
+            checkpoint = read_checkpoint(path, onnx_settings(cfg) if self.source == "onnx" else None)
+            self.folder = checkpoint.folder
+            self.side = encoder_of(OmegaConf.merge(cfg, {"checkpoint": path}), checkpoint)
+            self.mode = checkpoint.model.mode if self.source == "run" else checkpoint.spec.get("mode")
         self.model = self.side.model
         self.inference = inference_of(cfg)  # predict.device, predict.precision: its logits and its score
         if self.source == "run" and self.model.lora:  # its adapter merged once: the plain encoder computes its logits and lends layers

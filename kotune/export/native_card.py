@@ -1,6 +1,6 @@
 """What a native export (kotune/export/native.py) says of itself, read without loading it: its
 manifest's kind, and the task its model card names (README.md's tags: ``kotune``, the task, the
-head). Light on purpose: kotune/loading/checkpoint.py asks before a config is composed."""
+head). Light on purpose: kotune/cli/checkpoint_overrides.py asks before a config is composed."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,6 @@
 """What runs a loaded model's batches: the runtime its ``runtime`` attribute names (kotune/core/backends.py's
 Runtime, registered with ``kotune.register_runtime``), asked by action=predict / eval
-(kotune/inference/predict.py), the loader's mode check (kotune/loading/build.py) and action=serve / ``kotune.load``
+(kotune/inference/predict.py), the loader's mode check (kotune/loading/reconcile.py) and action=serve / ``kotune.load``
 (kotune/serving/app.py, kotune/api/predictor.py).
 
 ``torch`` is kotune's own model (heads/model/kotune_model.py's KotuneModel), registered here: transformers'

@@ -15,7 +15,8 @@ import numpy as np
 from omegaconf import DictConfig
 
 from kotune.calibration import abstention
-from kotune.loading.build import Built, build, make_collator
+from kotune.loading.from_checkpoint import build_from_checkpoint
+from kotune.loading.built import Built, make_collator
 from heads.model import inference
 from heads.model.inference import row_size, token_batches
 from kotune.devices import is_rank_zero, local_rank_zero_first, world_size
@@ -214,7 +215,7 @@ def predict_from_checkpoint(cfg: DictConfig, run_dir: str, split: str, usage: st
     if not cfg.get("checkpoint"):
         raise ConfigError(usage)
     with local_rank_zero_first():
-        b = build(cfg, (split,), onnx=True)
+        b = build_from_checkpoint(cfg, (split,), onnx=True)
     predictor = predictor_for(cfg, b, run_dir)
     outputs, speed = predict(predictor, b, split)
     return run_report(cfg, run_dir, b, split, outputs, speed, inference=inference_report(b.model, predictor))

@@ -1,8 +1,8 @@
-"""What a checkpoint remembers, read from its ``kotune.json`` without loading a model: where the
-saved model lies, and the config choices an action given ``checkpoint=`` takes from it — the task
-preset and the task options the weights depend on, the model and mode presets — unless the
-overrides name them (``checkpoint_overrides``, applied by the command line and
-``kotune.cli.overrides.compose`` before Hydra composes; the columns follow in kotune/loading/build.py).
+"""A checkpoint read once: where its saved model lies, its ``kotune.json`` (or an ONNX export's
+``kotune_export.json``) checked key by key, and, for a job, the model itself with its tokenizer and
+runtime, as one :class:`Checkpoint` record that kotune/loading/reconcile.py reconciles with the
+job's config and kotune/loading/from_checkpoint.py builds from. (Before Hydra composes, the command
+line reads the spec alone to choose presets: kotune/cli/checkpoint_overrides.py.)
 
 Nothing read here reaches Hydra unchecked (docs/actions/checkpoints.md): the file is checked key by
 key (heads/model/artifact.py), the task and mode must be presets listed in conf/ and each task option one
@@ -10,20 +10,19 @@ its task saves, of its preset's type, before any becomes an override; a name is 
 path. A checkpoint that fails is one line naming the file and the key (:class:`ArtifactError`)."""
 from __future__ import annotations
 
-import json
 import os
-import re
+from dataclasses import dataclass
+from typing import Any
 
 from kotune.core.atomic_dir import settle
 from kotune.core.errors import KotuneError
-from kotune.core.log import log
 
 SPEC_FILE = "kotune.json"
 
 
 def checkpoint_model_dir(path: str) -> str:
     """The saved kotune model of ``checkpoint=`` (the run directory or its ``model/``); an ONNX
-    export is refused in one line (only predict, eval and serve read one: kotune/loading/build.py)."""
+    export is refused in one line (only predict, eval and serve read one: kotune/loading/from_checkpoint.py)."""
     from kotune.export.onnx import is_onnx_export
 
     for candidate in (path, os.path.join(path, "model")):
@@ -45,7 +44,7 @@ def read_spec(path: str, registry: bool = True) -> dict:
     an ONNX export's ``kotune_export.json`` (head and meta as saved), checked: every key as kotune
     writes it (heads/model/artifact.py), its task and mode presets of conf/, its task options the task's,
     no pickle-format weights; else one :class:`ArtifactError` line naming the file and the key."""
-    from heads.model.artifact import ArtifactError, check_export_spec, check_files, check_model_spec
+    from heads.model.artifact import ArtifactError, check_export_spec, check_files, check_model_spec, parse
     from kotune.export.onnx import EXPORT_FILE, is_onnx_export
 
     export = is_onnx_export(path)
@@ -55,9 +54,10 @@ def read_spec(path: str, registry: bool = True) -> dict:
     check_files(folder, f"checkpoint {path}")  # before any file is opened: a link out of the folder is refused
     try:
         with open(spec_file, encoding="utf-8") as f:
-            spec = json.load(f)
-    except ValueError as e:  # malformed JSON, or not UTF-8
+            text = f.read()
+    except ValueError as e:  # not UTF-8
         raise ArtifactError(f"{where}: not a JSON file kotune wrote ({str(e).splitlines()[0]})") from None
+    spec = parse(text, where)
     check_preset_names(spec, where)
     (check_export_spec if export else check_model_spec)(spec, where, registry)
     check_task_options(spec, where)
@@ -138,90 +138,63 @@ def check_task_options(spec: dict, where: str) -> None:
                                 f"{option} (its preset has {shown(preset.get(option))})")
 
 
-def override_key(override: str) -> str:
-    """``++task.join=x`` → ``task.join``; ``task=ner`` → ``task``."""
-    return override.partition("=")[0].lstrip("+~")
 
 
-def hydra_value(value) -> str | None:
-    """A saved scalar written as an override value that Hydra reads back as exactly that value
-    (strings quoted: ``task.join=' '``; a quote, and backslashes before one, escaped); None for what
-    an override cannot carry simply (lists, dicts, a string with ``${``, which OmegaConf would
-    resolve: heads/model/artifact.py refuses those in a checkpoint)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str) and "${" not in value:
-        # in a quoted override only backslashes before a quote (the closing one too) are escapes
-        escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
-        escaped = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped)
-        return f"'{escaped}'"
-    return None
+@dataclass
+class Checkpoint:
+    """``checkpoint=`` as a job reads it, once: the path named, the folder its files come from, the
+    checked spec, and the model loaded from it (a :class:`KotuneModel`, or an ONNX export run by
+    onnxruntime) with its tokenizer, its encoder's config and the runtime that runs its batches
+    (kotune/inference/model_runtimes.py). What the job takes from it is reconciled with the job's
+    config in one place: kotune/loading/reconcile.py."""
+
+    path: str
+    folder: str
+    spec: dict
+    model: Any
+    tokenizer: Any
+    config: Any
+    runtime: Any
+
+    @property
+    def meta(self) -> dict:
+        return self.model.meta
+
+    @property
+    def head(self) -> str:
+        """The head kind with its options, as the task that reads it must ask for it."""
+        return self.model.head_description()
+
+    @property
+    def export(self) -> bool:
+        return not self.runtime.kotune_model
 
 
-def override_text(value: str) -> str | None:
-    """An override's value as the one string Hydra reads from it (``'/runs/fold=0'`` → the path,
-    quotes and backslash escapes undone); None for a sweep, a list or what Hydra cannot parse."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+def read_checkpoint(path: str, onnx: dict | None = None) -> Checkpoint:
+    """The checkpoint at ``path`` read once into a :class:`Checkpoint`: its spec checked (``read_spec``,
+    before any weights), then its model, tokenizer and runtime. ``onnx``: the job's ``onnx``
+    settings, where the action only predicts and an ONNX export may stand in (``None``: an export is
+    refused in one line)."""
+    from transformers import AutoConfig, AutoTokenizer
 
-    try:
-        parsed = OverridesParser.create().parse_override(f"key={value}")
-    except Exception:  # noqa: BLE001 - a malformed value: Hydra names it when it composes
-        return None
-    if parsed.is_sweep_override():
-        return None
-    text = parsed.value()
-    return text if isinstance(text, str) else None
+    from kotune.export.onnx import is_onnx_export
+    from kotune.inference.model_runtimes import runtime_of
 
+    if onnx is not None and is_onnx_export(path):
+        from heads.model.artifact import check_length
+        from heads.model.encoder import position_limit
+        from kotune.export.onnx import EXPORT_FILE, OnnxModel
 
-def checkpoint_overrides(overrides: list[str]) -> list[str]:
-    """``checkpoint=RUN`` and no ``task=`` / ``model=`` / ``mode=``: the checkpoint's presets
-    first, then its saved task options (``Task.saved_options``) that the overrides do not set, so
-    ``task.*`` overrides apply to the task the model was trained for and a conflicting one stays
-    the user's (kotune/loading/build.py names it in one line). Unchanged without a readable checkpoint (the
-    action then says what is missing) or for a sweep over checkpoints."""
-    given = {override_key(o): o.partition("=")[2] for o in overrides if "=" in o and not o.startswith("-")}
-    path = given.get("checkpoint", "")
-    teacher = not path or path == "null"  # action=distill's teacher lends its task the same way, not its mode
-    if teacher:
-        path = given.get("distill.teacher", "")
-    if not path or path == "null":
-        return overrides
-    path = override_text(path)  # quoted or escaped as Hydra's grammar wants it (kotune.cli.overrides.quote_paths)
-    if not path:  # a sweep over checkpoints: each job reads its own
-        return overrides
-    if teacher and "task" not in given:
-        from kotune.export.native_card import card_task, is_native_export
+        folder, spec = path, read_spec(path)
+        model = OnnxModel(path, onnx.get("file"), onnx.get("threads"))
+        config = AutoConfig.from_pretrained(path)
+        # its length within its encoder's positions (a checkpoint's is checked as it loads: KotuneModel.load)
+        check_length(model.meta.get("max_length"), position_limit(config), f"{path}/{EXPORT_FILE}", "config.json")
+    else:
+        from heads.model.kotune_model import KotuneModel
 
-        if is_native_export(path) and card_task(path):  # a native export keeps no kotune.json: its card names the task
-            log(f"distill.teacher {path}: task={card_task(path)} (its model card)")
-            flags = next((i for i, o in enumerate(overrides) if not o.startswith("-")), len(overrides))
-            return overrides[:flags] + [f"task={card_task(path)}"] + overrides[flags:]
-    from heads.model.artifact import ArtifactError
-
-    try:
-        # checked: a checkpoint kotune will not read is one line from here; its head kind and arguments
-        # against the head registry (torch) when a loader reads it, before anything is built
-        spec = read_spec(path, registry=False)
-    except ArtifactError:
-        raise
-    except (KotuneError, OSError):
-        return overrides
-    meta = spec["meta"]
-    task = meta.get("task")
-    mode = spec.get("mode") or ("frozen" if spec.get("frozen") else "finetune")  # older kotune.json: no "mode"
-    saved = {"task": task, "model": meta.get("model"), **({} if teacher else {"mode": mode})}
-    added = [f"{group}={name}" for group, name in saved.items() if group not in given and name in presets(group)]
-    if given.get("task", task) == task:
-        for option, value in (meta.get("task_options") or {}).items():
-            written = hydra_value(value)
-            if f"task.{option}" not in given and written is not None:
-                added.append(f"++task.{option}={written}")
-    # the length it was trained with, unless one is asked for (kotune/loading/build.py says when it differs)
-    if not {"train.max_length", "task.max_length"} & set(given) and isinstance(meta.get("max_length"), int):
-        added.append(f"train.max_length={meta['max_length']}")
-    if added:
-        log(f"checkpoint {path}: {' '.join(added)} (as it was trained)")
-    flags = next((i for i, o in enumerate(overrides) if not o.startswith("-")), len(overrides))
-    return overrides[:flags] + added + overrides[flags:]  # after -m / --multirun: Hydra reads overrides after flags
+        folder = checkpoint_model_dir(path)
+        spec = read_spec(path)
+        model = KotuneModel.load(folder, spec=spec)
+        config = model.encoder.config
+    return Checkpoint(path, folder, spec, model, AutoTokenizer.from_pretrained(folder), config, runtime_of(model))

@@ -1,37 +1,79 @@
-"""What a checkpoint's model asks of the run that reads it: the mode it was saved by, the task
-options its weights depend on (``Task.saved_options``) and the columns its task read (kotune/loading/build.py
-applies them)."""
+"""A checkpoint reconciled with the job that reads it, in one function (:func:`reconcile`): the mode
+it was saved by, its head and the task options its weights depend on (``Task.saved_options``), the
+columns its task read, the length it was trained with. kotune/loading/from_checkpoint.py builds
+from what it returns."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.loading.checkpoint import checkpoint_model_dir
-from tasks.base import Task
+from kotune.loading.built import requested_max_length
+from kotune.loading.checkpoint import Checkpoint
+from tasks.base import EncodeSettings, Task
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
 
 
-def check_checkpoint_mode(cfg: DictConfig, model, checkpoint: str, training: bool) -> None:
+@dataclass
+class Reading:
+    """How the job reads the checkpoint: its task (with the checkpoint's options and columns) and
+    the encoding its model was trained with."""
+
+    task: Task
+    settings: EncodeSettings
+
+
+def reconcile(cfg: DictConfig, checkpoint: Checkpoint, task: Task, training: bool) -> Reading:
+    """The job's config against the checkpoint: its mode (a kotune checkpoint's), the task it asks
+    for against the saved head and options (:func:`task_for_checkpoint`), the saved columns, and the
+    length and token types the model was trained with (a different length asked for is a warning)."""
+    from heads.model.encoder import uses_token_type_ids
+
+    if not checkpoint.export:  # an export is a plain native model: it has no mode to continue
+        check_checkpoint_mode(str(cfg.mode.name), checkpoint, training)
+    task = task_for_checkpoint(task, checkpoint.meta | {"head": checkpoint.head}, checkpoint.path)
+    use_saved_columns(task, checkpoint.meta, checkpoint.path)
+    return Reading(task, EncodeSettings(max_length=checkpoint_length(cfg, checkpoint, warn=True),
+                                        token_type_ids=bool(checkpoint.meta.get("token_type_ids",
+                                                                                uses_token_type_ids(checkpoint.config)))))
+
+
+def checkpoint_length(cfg: DictConfig, checkpoint: Checkpoint, warn: bool) -> int:
+    """The length the checkpoint's model was trained with (``meta.max_length``), which it is read
+    with; ``warn``: say so when the job asked for another."""
+    from heads.model.encoder import position_limit
+
+    saved = checkpoint.meta.get("max_length")
+    requested = min(requested_max_length(cfg), position_limit(checkpoint.config))
+    if warn and saved and requested != saved:
+        log(f"warning: checkpoint {checkpoint.path} was trained with max_length={saved}: reading with "
+            f"it, not the max_length={requested} asked for")
+    return int(saved or requested_max_length(cfg))
+
+
+def check_checkpoint_mode(asked: str, checkpoint: Checkpoint, training: bool) -> None:
     """A checkpoint is read as the mode that saved it. Asking ``mode=lora`` of a checkpoint without
     an adapter, or continuing training in another mode than the saved one, is one line saying which."""
-    saved, asked = model.mode, str(cfg.mode.name)
+    model = checkpoint.model
+    saved = model.mode
     if saved == asked:
         return
     if asked == "lora":
-        model_dir = checkpoint_model_dir(checkpoint)
-        raise ConfigError(f"mode=lora: checkpoint {checkpoint} was saved by mode={saved} (its whole encoder, no LoRA "
+        model_dir = checkpoint.folder
+        raise ConfigError(f"mode=lora: checkpoint {checkpoint.path} was saved by mode={saved} (its whole encoder, no LoRA "
                           f"adapter); read it without mode=lora, or put LoRA on its encoder in a new run with "
                           f"model.name_or_path={model_dir}/encoder +model.tokenizer_path={model_dir}")
     if training and saved == "lora":
-        raise ConfigError(f"checkpoint {checkpoint} was saved by mode=lora (an adapter on "
+        raise ConfigError(f"checkpoint {checkpoint.path} was saved by mode=lora (an adapter on "
                           f"{model.lora['base']['model'].get('name_or_path') or model.lora['base']['model'].get('name')}); "
                           f"continue it with mode=lora, or action=export it (the adapter merged) and start "
                           f"mode={asked} from the export with model.name_or_path=EXPORT_DIR")
     if training:
-        raise ConfigError(f"checkpoint {checkpoint} was saved by mode={saved}: continue it with mode={saved} "
+        raise ConfigError(f"checkpoint {checkpoint.path} was saved by mode={saved}: continue it with mode={saved} "
                           f"(mode={asked} would train it another way than its own)")
     if saved == "lora":
-        log(f"checkpoint {checkpoint}: a LoRA adapter (r={model.lora['r']} on {model.lora['target_modules']}) "
+        log(f"checkpoint {checkpoint.path}: a LoRA adapter (r={model.lora['r']} on {model.lora['target_modules']}) "
             f"and its head, read as mode=lora")
 
 

@@ -16,7 +16,7 @@ from transformers import PreTrainedModel, Trainer
 from kotune.training import early_stopping
 
 from kotune.sweeps import pruning
-from kotune.loading.build import Built, make_collator
+from kotune.loading.built import Built, make_collator
 from kotune.training.optim import check_layer_decay, parameter_groups
 from kotune.training.resume import COMPLETE, resume_identity
 from kotune.devices import pad_multiple, world_size

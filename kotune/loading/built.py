@@ -1,0 +1,115 @@
+"""What every job's loading ends in, whether fresh (kotune/loading/build.py) or from a checkpoint
+(kotune/loading/from_checkpoint.py): the encoder side (:class:`Encoder`), the length a job reads
+with, and :func:`assemble`, which encodes the splits for the model into a :class:`Built`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from kotune.devices import pad_multiple
+from kotune.training.weighting import apply_class_weights, check_class_weights
+from tasks.base import EncodeSettings, Task
+from tasks.encode_cache import encode_cached
+from tasks.splits import Split
+from kotune.core.errors import ConfigError
+from kotune.core.log import log
+
+UNK_WARN_RATE = 0.05
+
+
+def requested_max_length(cfg: DictConfig) -> int:
+    """``task.max_length`` where the task sets one (QA windows: 384), else ``train.max_length``."""
+    return int(cfg.task.get("max_length") or cfg.train.max_length)
+
+
+def resolve_max_length(requested: int, encoder_config) -> int:
+    from heads.model.encoder import position_limit
+
+    limit = position_limit(encoder_config)
+    if requested > limit:
+        log(f"max_length={requested} exceeds the model's {limit} positions: using {limit}")
+        return limit
+    return requested
+
+
+def warn_unknown_hangul(tokenizer, texts) -> float:
+    from heads.model.encoder import unk_rate
+
+    rate = unk_rate(tokenizer, texts)
+    if rate > UNK_WARN_RATE:
+        log(f"WARNING: the tokenizer maps {rate:.0%} of Hangul syllables to [UNK]. A cased Korean "
+            "vocabulary loaded with lowercasing/accent stripping decomposes Hangul into jamo: set "
+            "model.tokenizer_kwargs.do_lower_case=false")
+    return rate
+
+
+def make_collator(tokenizer, cfg: DictConfig):
+    from tasks.collate import DynamicPaddingCollator
+
+    return DynamicPaddingCollator(tokenizer.pad_token_id, pad_multiple(cfg.train))
+
+
+@dataclass
+class Encoder:
+    """What an action needs to encode text for a model: the tokenizer, the encoder's config and
+    length, and either a trained model (``checkpoint=``) or a fresh encoder (or neither: weights
+    not needed, as for the ceiling)."""
+
+    tokenizer: Any
+    config: Any
+    max_length: int
+    token_type_ids: bool
+    model: Any = None      # KotuneModel from a checkpoint
+    encoder: Any = None    # a fresh encoder (pretrained or random) from cfg.model
+    base: Any = None       # mode=lora: what rebuilds the fresh encoder as built (heads.model.lora.base_record)
+
+
+class Built:
+    """Everything one run needs: task, splits, tokenizer, model, features."""
+
+    def __init__(self, task: Task, splits: dict[str, Split], tokenizer, model, features: dict, max_length: int):
+        self.task, self.splits, self.tokenizer, self.model = task, splits, tokenizer, model
+        self.features, self.max_length = features, max_length
+        self.class_weights: dict | None = None  # train.class_weights: {label: {count, weight}} (kotune/training/weighting.py)
+        # what Trainer reads per split: the model columns, or with them cached frozen states
+        self.inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
+        self.cache_report: dict = {}
+        self.settings: EncodeSettings | None = None  # set by assemble(): how new text is encoded (action=serve)
+
+
+def assemble(cfg: DictConfig, task: Task, splits: dict[str, Split], model, tokenizer, settings: EncodeSettings,
+             fresh_head: bool) -> Built:
+    """The splits encoded for ``model`` (cached by content: tasks/encode_cache.py), class weights
+    (``train.class_weights``, on a fresh head) and, in frozen mode, the feature cache."""
+    model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/model/windows.py)
+    check_class_weights(cfg, model, task.name, fresh_head)
+    features = {}
+    for split, data in splits.items():
+        log(f"encoding {split}: {len(data.examples)} examples")
+        features[split] = encode_cached(task, data.examples, tokenizer, settings, cfg.cache_dir)
+    built = Built(task, splits, tokenizer, model, features, settings.max_length)
+    built.settings = settings
+    built.class_weights = apply_class_weights(cfg, model, task.labels, features.get("train"), fresh_head)
+    if cfg.mode.get("cache") and (model.frozen or fresh_head):
+        use_frozen_cache(cfg, built)
+    return built
+
+
+def use_frozen_cache(cfg: DictConfig, b: Built) -> None:
+    """``mode.cache``: encode each split once with the frozen encoder; Trainer then reads the
+    stored states (heads/model/feature_cache.py)."""
+    from heads.model.feature_cache import CacheSettings, cached_inputs
+    from tasks.encode_cache import tokenizer_fingerprint
+
+    if not cfg.get("cache_dir"):
+        raise ConfigError("mode.cache=true needs cache_dir=DIR (where frozen features are stored)")
+    if b.task.windows is not None:
+        raise ConfigError("task.long_text=windows: a document is several windows, and the frozen feature cache "
+                          "(mode.cache, which action=probe reads) stores one sequence per row; set mode.cache=false")
+    settings = CacheSettings(str(cfg.cache_dir), str(cfg.mode.get("cache_dtype", "float16")),
+                             float(cfg.mode.get("cache_max_gb", 20)), int(cfg.train.eval_batch_size))
+    identity = {"model": b.model.meta.get("model"), "tokenizer": tokenizer_fingerprint(b.tokenizer),
+                "max_length": b.max_length}
+    b.inputs, b.cache_report = cached_inputs(b.model, b.inputs, identity, settings, name=b.task.name)

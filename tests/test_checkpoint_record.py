@@ -1,0 +1,50 @@
+"""A checkpoint is read once (issue 55): a job from ``checkpoint=`` opens its kotune.json one time,
+into the :class:`Checkpoint` record that reconcile() and the build read; the record carries what
+the job takes from it, and a mode the checkpoint was not saved in is refused from the record."""
+from __future__ import annotations
+
+import builtins
+import os
+
+import pytest
+
+from conftest import compose
+from test_artifact_trust import trained  # noqa: F401  (the fixture: a real tiny NLI run)
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def test_a_predict_job_opens_kotune_json_once(trained, tmp_path, monkeypatch):  # noqa: F811
+    from kotune.loading.from_checkpoint import build_from_checkpoint
+
+    cfg = compose([f"checkpoint={trained}", "data=sample", f"cache_dir={tmp_path / 'cache'}"])
+    real_open, opened = builtins.open, []
+
+    def spy(file, mode="r", *args, **kwargs):
+        if os.path.basename(str(file)) == "kotune.json" and "b" not in mode:  # read as a spec (the manifest hashes its bytes)
+            opened.append(str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    built = build_from_checkpoint(cfg, ("validation",))
+    assert opened == [str(trained / "model" / "kotune.json")]
+    assert built.task.name == "nli" and built.model.meta["task"] == "nli" and len(built.features["validation"])
+
+
+def test_the_record_holds_what_the_job_takes_and_reconcile_reads_it(trained):  # noqa: F811
+    from kotune.core.errors import ConfigError
+    from kotune.loading.checkpoint import read_checkpoint
+    from kotune.loading.reconcile import reconcile
+    from tasks import build_task
+
+    checkpoint = read_checkpoint(str(trained))
+    assert checkpoint.folder == str(trained / "model") and not checkpoint.export
+    assert checkpoint.spec["meta"] is checkpoint.meta or checkpoint.spec["meta"] == checkpoint.meta
+    assert checkpoint.head == checkpoint.model.head_description() and checkpoint.runtime.kotune_model
+    cfg = compose([f"checkpoint={trained}", "data=sample"])
+    reading = reconcile(cfg, checkpoint, build_task(cfg.task), training=False)
+    assert reading.task.labels == checkpoint.meta["labels"]
+    assert reading.settings.max_length == checkpoint.meta["max_length"]
+    with pytest.raises(ConfigError, match="was saved by mode=finetune: continue it with mode=finetune"):
+        reconcile(compose([f"checkpoint={trained}", "data=sample", "mode=frozen"]), checkpoint,
+                  build_task(cfg.task), training=True)
