@@ -144,7 +144,7 @@ def create_app(predictor, batcher: Batcher, max_items: int, max_body_bytes: int,
         worker = asyncio.create_task(batcher.run())
         yield
         worker.cancel()
-        batcher.executor.shutdown(wait=False, cancel_futures=True)
+        batcher.close()
 
     app = FastAPI(title="kotune", lifespan=lifespan, docs_url="/docs" if docs else None,
                   redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
