@@ -24,10 +24,12 @@ for the checkpoint, onnxruntime for the export); latency p50/p95 of single reque
 (``--latency-n`` texts); peak memory each phase adds (resident set above its start, the model's
 loading included); model MB on disk; for the trained tiny model the main metric of each and the
 int8 labels' agreement with fp32. Then the server (``action=serve`` on the base int8 export, the
-demo texts from 32 concurrent clients on 127.0.0.1) with ``serve.max_batch_size=32`` vs 1.
+demo texts from 32 concurrent clients on 127.0.0.1) with ``serve.max_batch_size=32`` vs 1; and the
+batched server's throughput with 64 concurrent clients vs one client sending one request at a time.
 
 The last line: ``RESULT kotune_vs_pipeline=<x> int8_vs_pipeline=<y> int8_metric_change=<points>
-served_batched_vs_single=<z>`` (base shape, demo set; the int8 change from the trained tiny model).
+served_batched_vs_single=<z> served_64_clients_vs_one=<w>`` (base shape, demo set; the int8 change
+from the trained tiny model; the figures are the device's the report names: the CPU unless --device).
 """
 from __future__ import annotations
 
@@ -146,8 +148,11 @@ async def _post_all(url: str, texts: list[str], clients: int) -> float:
         return time.perf_counter() - started
 
 
-def served_throughput(m: dict, texts: list[str], max_batch: int, threads: int, work: Path) -> dict:
-    """Texts per second through ``action=serve`` (a real server on 127.0.0.1, stopped after)."""
+def served_throughput(m: dict, texts: list[str], max_batch: int, threads: int, work: Path,
+                      clients: tuple[int, ...] = ()) -> dict:
+    """Texts per second through ``action=serve`` (a real server on 127.0.0.1, stopped after) from 32
+    concurrent clients; then, on the same server, from each of ``clients`` concurrent clients
+    (``clients_N``: 1 is one request at a time, each waiting for the last one's answer)."""
     import httpx
 
     proc, url = start_server([*m["common"], f"checkpoint={m['onnx']}", f"serve.max_batch_size={max_batch}",
@@ -156,9 +161,11 @@ def served_throughput(m: dict, texts: list[str], max_batch: int, threads: int, w
     try:
         elapsed = asyncio.run(_post_all(url, texts, clients=32))
         stats = httpx.get(f"{url}/health", timeout=10).json()
+        more = {f"clients_{n}": len(texts) / asyncio.run(_post_all(url, texts, clients=n)) for n in clients}
     finally:
         stop_server(proc)
-    return {"throughput": len(texts) / elapsed, "batches": stats["batches"], "largest_batch": stats["largest_batch"]}
+    return {"throughput": len(texts) / elapsed, "batches": stats["batches"], "largest_batch": stats["largest_batch"],
+            **more}
 
 
 def measure(m: dict, latency_n: int, threads: int) -> dict:
@@ -238,7 +245,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         texts = [e["text"] for e in load_splits(build_task(cfg.task), cfg.data, ("validation",), 42)["validation"].examples]
         served = {"model": target["name"], "n": len(texts),
-                  **{f"max_batch_{b}": served_throughput(target, texts, b, args.threads, work) for b in (32, 1)}}
+                  **{f"max_batch_{b}": served_throughput(target, texts, b, args.threads, work, (64, 1) if b == 32 else ())
+                     for b in (32, 1)}}
     report = {"threads": args.threads, **chosen.describe(), "load_before": load, "load_after": os.getloadavg()[0],
               "minutes": round((time.time() - started) / 60, 1), "results": results, "served": served}
     print_report(report)
@@ -263,13 +271,18 @@ def print_report(report: dict) -> None:
         print(f"\nserved ({served['model']} int8, {served['n']} texts, 32 concurrent clients): batched "
               f"{served['max_batch_32']['throughput']:.1f} texts/s (largest batch {served['max_batch_32']['largest_batch']}) "
               f"vs one at a time {served['max_batch_1']['throughput']:.1f} texts/s")
+        batched = served["max_batch_32"]
+        print(f"served, {report.get('device', 'cpu')} (max_batch_size=32): 64 concurrent clients {batched['clients_64']:.1f} "
+              f"texts/s vs one client, one request at a time {batched['clients_1']:.1f} texts/s: "
+              f"{batched['clients_64'] / batched['clients_1']:.2f}x")
     by = {(r["model"], r["data"]): r["rows"] for r in report["results"]}
     main = by.get(("base-demo", "demo")) or by[("tiny-demo", "demo")]
     tiny = by[("tiny-demo", "demo")]
     change = (tiny["onnx int8"]["score"] or 0) - (tiny["kotune fp32"]["score"] or 0)
     ratio = (served["max_batch_32"]["throughput"] / served["max_batch_1"]["throughput"]) if served else float("nan")
+    clients = (served["max_batch_32"]["clients_64"] / served["max_batch_32"]["clients_1"]) if served else float("nan")
     print(f"RESULT kotune_vs_pipeline={main['kotune fp32']['vs_pipeline']} int8_vs_pipeline={main['onnx int8']['vs_pipeline']} "
-          f"int8_metric_change={change:+.2f} served_batched_vs_single={ratio:.2f}")
+          f"int8_metric_change={change:+.2f} served_batched_vs_single={ratio:.2f} served_64_clients_vs_one={clients:.2f}")
 
 
 if __name__ == "__main__":

@@ -196,7 +196,9 @@ def test_the_server_answers_64_concurrent_requests_as_predict_does(demo, served)
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start_server(model, root / f"serve-{served}", port, demo["cache"], extra)
+    # the checkpoint's server cuts its model calls at 512 tokens (rows × padded length): answers unchanged
+    budget = ["predict.batch_tokens=512"] if served == "checkpoint" else []
+    proc = start_server(model, root / f"serve-{served}", port, demo["cache"], extra + budget)
     try:
         health = wait_for_health(proc, url, timeout_s=180)
         with httpx.Client(timeout=60) as client:
@@ -205,6 +207,9 @@ def test_the_server_answers_64_concurrent_requests_as_predict_does(demo, served)
             stats = client.get(f"{url}/health").json()
             assert stats["requests"] == N_REQUESTS and stats["texts"] == N_REQUESTS
             assert 1 < stats["largest_batch"] <= 32 and stats["batches"] < N_REQUESTS  # requests were batched
+            assert stats["model_calls"] >= stats["batches"] and stats["largest_call_tokens"] > 0
+            if budget:
+                assert stats["batch_tokens"] == 512 and stats["largest_call_tokens"] <= 512, stats
             for sent, status in BAD:
                 r = client.post(f"{url}/predict", **sent)
                 assert r.status_code == status, (sent, r.text)

@@ -39,6 +39,19 @@ def warn_if_descriptors_run_out_first(max_connections: int, reserve: int = 64) -
              "raise ulimit -n or lower serve.max_connections")
 
 
+def budget_note(predictor) -> str:
+    """The log's word on ``predict.batch_tokens`` (a model call's rows × padded length); a warning when
+    one text of max_length tokens alone is over it (it then runs alone, past the budget)."""
+    budget = predictor.batches.batch_tokens
+    if not budget:
+        return ""
+    max_length = int(predictor.b.settings.max_length)
+    if budget < max_length:
+        warn(f"predict.batch_tokens={budget} is under max_length={max_length}: a text longer than the budget "
+             "runs alone in a model call past it; set it to max_length or more")
+    return f", model calls of up to predict.batch_tokens={budget} tokens (rows × padded length)"
+
+
 def run(cfg: DictConfig, run_dir: str) -> dict:
     if not cfg.get("checkpoint"):
         raise ConfigError("action=serve needs checkpoint=RUN_DIR (action=train) or an export directory (action=export)")
@@ -59,7 +72,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     host, port = str(cfg.serve.host), limits["port"]
     datasets.disable_progress_bars()  # a tokenizing bar per batch is no news
     predictor = Predictor(cfg)
-    batcher = Batcher(predictor.answer, limits["max_batch_size"], limits["max_wait_ms"])
+    batcher = Batcher(predictor, limits["max_batch_size"], limits["max_wait_ms"])  # its prepare, compute, finish
     app = create_app(predictor, batcher, limits["max_items"], limits["max_body_bytes"],
                      max_text_chars=limits["max_text_chars"], body_timeout_s=seconds["body_timeout_s"],
                      api_key=api_key, docs=bool(cfg.serve.get("docs")))
@@ -69,7 +82,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
              f"model{'' if api_key else ' (no API key: set KOTUNE_API_KEY or serve.api_key)'}; plain HTTP, no TLS")
     log(f"serving {what['task']} ({what['runtime']}{', ' + what['model_file'] if what['model_file'] else ''}) on "
         f"http://{host}:{port}: POST {', '.join(predictor.b.task.serve_paths)}, GET /health; batches of up to {batcher.max_batch} texts, "
-        f"{limits['max_wait_ms']} ms wait{'; API key required' if api_key else ''} (Ctrl-C stops)")
+        f"{limits['max_wait_ms']} ms wait{budget_note(predictor)}{'; API key required' if api_key else ''} (Ctrl-C stops)")
     warn_if_descriptors_run_out_first(limits["max_connections"])
     server = make_server(app, batcher, host, port, keep_alive_s=seconds["keep_alive_s"],
                          shutdown_grace_s=seconds["shutdown_grace_s"], header_timeout_s=seconds["header_timeout_s"],

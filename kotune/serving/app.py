@@ -1,9 +1,10 @@
-"""``action=serve``'s app: the :class:`Predictor` (inputs → the records action=predict writes,
-through the same encoding, length-sorted batches, decoding and records) and the FastAPI app
-(``POST /predict``, ``GET /health``), with its micro-batcher (kotune/serving/batcher.py: batches of
-up to ``serve.max_batch_size`` texts, the first waiting at most ``serve.max_wait_ms``), its request
-checks (kotune/serving/requests.py) and the ASGI guard in front of it (kotune/serving/guard.py: API key,
-body size and time limits, a JSON answer for every error).
+"""``action=serve``'s app: the FastAPI app (``POST /predict``, ``GET /health``) in front of the
+:class:`Predictor` (kotune/serving/predictor.py: inputs → the records action=predict writes), with its
+micro-batcher (kotune/serving/batcher.py: batches of up to ``serve.max_batch_size`` texts, the first
+waiting at most ``serve.max_wait_ms``, each model call within ``predict.batch_tokens``; the next batch
+tokenized while the model runs the current one), its request checks (kotune/serving/requests.py)
+and the ASGI guard in front of it (kotune/serving/guard.py: API key, body size and time limits, a
+JSON answer for every error).
 
 A request is one input, ``{"text": "..."}`` (``text_pair`` for pair tasks, ``question`` and
 ``context`` for QA), or a list of them: ``{"inputs": [{...}, ...]}`` (for single-text tasks plain
@@ -27,97 +28,13 @@ import json
 from contextlib import asynccontextmanager
 from typing import Any
 
-from omegaconf import DictConfig
-
-from kotune.calibration import abstention
-from kotune.loading.build import build
-from kotune.inference.predict import batch_predictor, inference_report, predict_rows
 from kotune.serving.batcher import Batcher
 from kotune.serving.guard import guard
+from kotune.serving.predictor import Predictor, servable  # noqa: F401 - imported from here by callers
 from kotune.serving.requests import (ItemFailed, RequestError, ShuttingDown, data_error, error_body,
                                    error_id, request_items, request_model)
-from tasks import build_task
-from kotune.core.errors import ConfigError, DataError
+from kotune.core.errors import DataError
 from kotune.core.log import log, logger, warn
-
-
-
-
-def servable(task) -> None:
-    """A one-line refusal for a task whose input is more than plain text."""
-    if task.request_fields is None:
-        raise ConfigError(f"action=serve: task {task.name} reads more than plain text (its files mark entities "
-                          "or words with their annotations); predict a file with action=predict")
-
-
-class Predictor:
-    """The model of ``checkpoint=`` (a kotune checkpoint or an ONNX export) behind a call from
-    examples to records."""
-
-    def __init__(self, cfg: DictConfig):
-        servable(build_task(cfg.task))
-        self.b = build(cfg, (), onnx=True)
-        self.cfg = cfg  # predict.min_confidence: abstained answers (kotune/calibration/abstention.py)
-        servable(self.b.task)
-        self.runtime = str(self.b.model.runtime)  # torch (a checkpoint), onnxruntime (an ONNX export): kotune/inference/model_runtimes.py
-        # predict.device / precision / batch_tokens: the one forward every inference path runs (heads/model/inference.py)
-        self.batches = batch_predictor(cfg, self.b.model, self.b.tokenizer)
-
-    @property
-    def fields(self) -> tuple[str, ...]:
-        return self.b.task.request_fields
-
-    def examples(self, items: list[dict[str, str]]) -> list[dict]:
-        return self.b.task.request_examples(items)
-
-    def __call__(self, examples: list[dict], lengths: bool = False) -> list[dict]:
-        """The records action=predict writes for ``examples``, without their ids; ``lengths``: with
-        how each text's length was handled (:meth:`lengths`), as the server answers."""
-        task = self.b.task
-        features, inputs = self.encoded(examples)
-        outputs, _ = predict_rows(self.batches, task, features, inputs, examples)
-        flags = abstention.abstained(self.cfg, task, outputs)  # predict.min_confidence, else None
-        records = abstention.mark(task.prediction_records(outputs, examples), flags)
-        records = [{k: v for k, v in r.items() if k != "id"} for r in records]
-        if lengths:
-            for record, note in zip(records, self.lengths(features, examples)):
-                record.update(note)
-        return records
-
-    def encoded(self, examples: list[dict]):
-        """The examples' features (what decoding reads) and the model's inputs among them."""
-        features = self.b.task.encode(examples, self.b.tokenizer, self.b.settings)
-        return features, features.select_columns(self.b.task.model_columns(features))
-
-    def answer(self, examples: list[dict]) -> list[dict]:
-        """The server's answers: the records with ``truncated`` (or ``windows``)."""
-        return self(examples, lengths=True)
-
-    def lengths(self, features, examples: list[dict]) -> list[dict]:
-        """Per example, how its length was handled: ``{"windows": n}`` where the checkpoint reads
-        documents as windows (task.long_text=windows), else ``{"truncated": bool}``: whether its
-        tokens went past the model's window (max_length); nothing for QA (contexts are windowed)."""
-        task, n = self.b.task, len(examples)
-        if "context" in self.fields or len(features) != n or "input_ids" not in features.column_names:
-            return [{}] * n
-        ids = features["input_ids"]
-        if getattr(task, "windows", None) is not None:
-            return [{"windows": len(row)} for row in ids]
-        max_length, notes = int(self.b.settings.max_length), []
-        for row, ex in zip(ids, examples):
-            cut = False
-            if len(row) >= max_length:  # full: tokenize it whole to know whether anything was cut
-                text = ex["text"] if "text" in ex else task.text(ex)
-                whole = self.b.tokenizer(text, ex.get("text_pair"), truncation=False, verbose=False)["input_ids"]
-                cut = len(whole) > max_length
-            notes.append({"truncated": cut})
-        return notes
-
-    def describe(self) -> dict:
-        model = self.b.model
-        return {"task": self.b.task.name, "head": model.head_kind, "runtime": self.runtime,
-                "model_file": getattr(model, "file", None), "labels": self.b.task.labels, "fields": list(self.fields),
-                **inference_report(model, self.batches)}
 
 
 # ---- the app --------------------------------------------------------------------------------
@@ -227,7 +144,7 @@ def create_app(predictor, batcher: Batcher, max_items: int, max_body_bytes: int,
         worker = asyncio.create_task(batcher.run())
         yield
         worker.cancel()
-        batcher.executor.shutdown(wait=False, cancel_futures=True)
+        batcher.close()
 
     app = FastAPI(title="kotune", lifespan=lifespan, docs_url="/docs" if docs else None,
                   redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
