@@ -42,9 +42,9 @@ def test_the_record_holds_what_the_job_takes_and_reconcile_reads_it(trained):  #
     assert checkpoint.spec["meta"] is checkpoint.meta or checkpoint.spec["meta"] == checkpoint.meta
     assert checkpoint.head == checkpoint.model.head_description() and checkpoint.runtime.kotune_model
     cfg = compose([f"checkpoint={trained}", "data=sample"])
-    reading = reconcile(cfg, checkpoint, build_task(cfg.task), training=False)
+    reading = reconcile(cfg, checkpoint, build_task(cfg.task), ("validation",))
     assert reading.task.labels == checkpoint.meta["labels"]
     assert reading.settings.max_length == checkpoint.meta["max_length"]
     with pytest.raises(ConfigError, match="was saved by mode=finetune: continue it with mode=finetune"):
         reconcile(compose([f"checkpoint={trained}", "data=sample", "mode=frozen"]), checkpoint,
-                  build_task(cfg.task), training=True)
+                  build_task(cfg.task), ("train",))

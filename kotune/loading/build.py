@@ -9,10 +9,12 @@ from typing import Callable, Iterable
 from omegaconf import DictConfig, OmegaConf
 
 from kotune.devices import seed_everything
-from kotune.loading.built import Built, Encoder, assemble, requested_max_length, resolve_max_length, warn_unknown_hangul
+from kotune.loading.built import (Built, Encoder, encode_splits, frozen_cache_settings, requested_max_length,
+                                  resolve_max_length, use_frozen_cache, warn_unknown_hangul)
 from kotune.loading.checkpoint import read_spec
 from kotune.loading.from_checkpoint import build_from_checkpoint, checkpoint_side
 from kotune.loading.reconcile import use_saved_columns
+from kotune.training.weighting import apply_class_weights, check_class_weights
 from tasks import build_task
 from tasks.abstention import checked_threshold
 from tasks.base import EncodeSettings, Task
@@ -109,8 +111,14 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     model = KotuneModel(encoder, task.head, head_kwargs, frozen=bool(cfg.mode.frozen), meta=meta,
                         layers=cfg.mode.get("layers", "last"), pooling=cfg.mode.get("pooling"),
                         lora=lora_settings(cfg, loaded))
+    check_class_weights(cfg, model, task.name, fresh_head=True)  # before anything is encoded
     settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
-    return assemble(cfg, task, splits, model, loaded.tokenizer, settings, fresh_head=True)
+    built = encode_splits(task, splits, model, loaded.tokenizer, settings, cfg.cache_dir)
+    built.class_weights = apply_class_weights(cfg, model, task.labels, built.features.get("train"), fresh_head=True)
+    cache = frozen_cache_settings(cfg)
+    if cache is not None:
+        use_frozen_cache(built, cache)
+    return built
 
 
 def plugin_record(task) -> dict:

@@ -1,6 +1,6 @@
 """What every job's loading ends in, whether fresh (kotune/loading/build.py) or from a checkpoint
 (kotune/loading/from_checkpoint.py): the encoder side (:class:`Encoder`), the length a job reads
-with, and :func:`assemble`, which encodes the splits for the model into a :class:`Built`."""
+with, and :func:`encode_splits`, which encodes the splits for the model into a :class:`Built`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +9,6 @@ from typing import Any
 from omegaconf import DictConfig
 
 from kotune.devices import pad_multiple
-from kotune.training.weighting import apply_class_weights, check_class_weights
 from tasks.base import EncodeSettings, Task
 from tasks.encode_cache import encode_cached
 from tasks.splits import Split
@@ -79,37 +78,41 @@ class Built:
         self.settings: EncodeSettings | None = None  # set by assemble(): how new text is encoded (action=serve)
 
 
-def assemble(cfg: DictConfig, task: Task, splits: dict[str, Split], model, tokenizer, settings: EncodeSettings,
-             fresh_head: bool) -> Built:
-    """The splits encoded for ``model`` (cached by content: tasks/encode_cache.py), class weights
-    (``train.class_weights``, on a fresh head) and, in frozen mode, the feature cache."""
+def encode_splits(task: Task, splits: dict[str, Split], model, tokenizer, settings: EncodeSettings,
+                  cache_dir: str | None) -> Built:
+    """The splits encoded for ``model`` (cached by content in ``cache_dir``: tasks/encode_cache.py),
+    as one :class:`Built`; the caller adds class weights and, in frozen mode, the feature cache."""
     model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/model/windows.py)
-    check_class_weights(cfg, model, task.name, fresh_head)
     features = {}
     for split, data in splits.items():
         log(f"encoding {split}: {len(data.examples)} examples")
-        features[split] = encode_cached(task, data.examples, tokenizer, settings, cfg.cache_dir)
+        features[split] = encode_cached(task, data.examples, tokenizer, settings, cache_dir)
     built = Built(task, splits, tokenizer, model, features, settings.max_length)
     built.settings = settings
-    built.class_weights = apply_class_weights(cfg, model, task.labels, features.get("train"), fresh_head)
-    if cfg.mode.get("cache") and (model.frozen or fresh_head):
-        use_frozen_cache(cfg, built)
     return built
 
 
-def use_frozen_cache(cfg: DictConfig, b: Built) -> None:
-    """``mode.cache``: encode each split once with the frozen encoder; Trainer then reads the
-    stored states (heads/model/feature_cache.py)."""
-    from heads.model.feature_cache import CacheSettings, cached_inputs
-    from tasks.encode_cache import tokenizer_fingerprint
+def frozen_cache_settings(cfg: DictConfig):
+    """``mode.cache``'s settings (heads/model/feature_cache.py's ``CacheSettings``), None when off."""
+    if not cfg.mode.get("cache"):
+        return None
+    from heads.model.feature_cache import CacheSettings
 
     if not cfg.get("cache_dir"):
         raise ConfigError("mode.cache=true needs cache_dir=DIR (where frozen features are stored)")
+    return CacheSettings(str(cfg.cache_dir), str(cfg.mode.get("cache_dtype", "float16")),
+                         float(cfg.mode.get("cache_max_gb", 20)), int(cfg.train.eval_batch_size))
+
+
+def use_frozen_cache(b: Built, settings) -> None:
+    """``mode.cache``: encode each split once with the frozen encoder; Trainer then reads the
+    stored states (heads/model/feature_cache.py)."""
+    from heads.model.feature_cache import cached_inputs
+    from tasks.encode_cache import tokenizer_fingerprint
+
     if b.task.windows is not None:
         raise ConfigError("task.long_text=windows: a document is several windows, and the frozen feature cache "
                           "(mode.cache, which action=probe reads) stores one sequence per row; set mode.cache=false")
-    settings = CacheSettings(str(cfg.cache_dir), str(cfg.mode.get("cache_dtype", "float16")),
-                             float(cfg.mode.get("cache_max_gb", 20)), int(cfg.train.eval_batch_size))
     identity = {"model": b.model.meta.get("model"), "tokenizer": tokenizer_fingerprint(b.tokenizer),
                 "max_length": b.max_length}
     b.inputs, b.cache_report = cached_inputs(b.model, b.inputs, identity, settings, name=b.task.name)

@@ -9,9 +9,10 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from kotune.devices import seed_everything
-from kotune.loading.built import Built, Encoder, assemble
+from kotune.loading.built import Built, Encoder, encode_splits, use_frozen_cache
 from kotune.loading.checkpoint import Checkpoint, checkpoint_model_dir, read_checkpoint
-from kotune.loading.reconcile import checkpoint_length, reconcile
+from kotune.loading.reconcile import Reading, checkpoint_length, reconcile
+from kotune.training.weighting import saved_class_weights
 from tasks import build_task
 from tasks.abstention import checked_threshold
 from tasks.splits import load_splits, require_data_files
@@ -31,10 +32,20 @@ def build_from_checkpoint(cfg: DictConfig, need: tuple[str, ...], onnx: bool = F
     require_data_files(cfg.data, need)
     seed_everything(int(cfg.train.seed))
     checkpoint = read_checkpoint(path, onnx_settings(cfg) if onnx else None)
-    reading = reconcile(cfg, checkpoint, task, "train" in need)
-    splits = load_splits(reading.task, cfg.data, need, int(cfg.train.seed), calibrate_share)
-    return assemble(cfg, reading.task, splits, checkpoint.model, checkpoint.tokenizer, reading.settings,
-                    fresh_head=False)
+    return built_from(checkpoint, reconcile(cfg, checkpoint, task, need, calibrate_share))
+
+
+def built_from(checkpoint: Checkpoint, reading: Reading) -> Built:
+    """The job built from its checkpoint as reconciled: the splits read as the checkpoint's task
+    reads them, encoded for its model; the class weights it was trained with (``train.class_weights``
+    applies to training); in frozen mode, the feature cache."""
+    splits = load_splits(reading.task, reading.data, reading.need, reading.seed, reading.calibrate_share)
+    built = encode_splits(reading.task, splits, checkpoint.model, checkpoint.tokenizer, reading.settings,
+                          reading.cache_dir)
+    built.class_weights = saved_class_weights(checkpoint.model, reading.task.labels, reading.class_weights_asked)
+    if reading.frozen_cache is not None:
+        use_frozen_cache(built, reading.frozen_cache)
+    return built
 
 
 def checkpoint_side(cfg: DictConfig, onnx: bool = False, warn: bool = False) -> Encoder:

@@ -5,38 +5,55 @@ from what it returns."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.loading.built import requested_max_length
+from kotune.loading.built import frozen_cache_settings, requested_max_length
 from kotune.loading.checkpoint import Checkpoint
 from tasks.base import EncodeSettings, Task
+from tasks.class_weights import class_weight_setting
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
 
 
-@dataclass
+@dataclass(frozen=True)
 class Reading:
-    """How the job reads the checkpoint: its task (with the checkpoint's options and columns) and
-    the encoding its model was trained with."""
+    """How the job reads the checkpoint, all that the build takes from the job's config: its task
+    (with the checkpoint's options and columns), the encoding its model was trained with, the data
+    to read (``data``, the splits ``need``ed, ``seed``, the share held out for ``train.calibrate``),
+    the encoded-feature cache, whether ``train.class_weights`` was set (a checkpoint keeps its own),
+    and the frozen-feature cache's settings (None: off)."""
 
     task: Task
     settings: EncodeSettings
+    data: DictConfig
+    need: tuple[str, ...]
+    seed: int
+    calibrate_share: float
+    cache_dir: str | None
+    class_weights_asked: bool
+    frozen_cache: Any = None
 
 
-def reconcile(cfg: DictConfig, checkpoint: Checkpoint, task: Task, training: bool) -> Reading:
-    """The job's config against the checkpoint: its mode (a kotune checkpoint's), the task it asks
-    for against the saved head and options (:func:`task_for_checkpoint`), the saved columns, and the
-    length and token types the model was trained with (a different length asked for is a warning)."""
+def reconcile(cfg: DictConfig, checkpoint: Checkpoint, task: Task, need: tuple[str, ...],
+              calibrate_share: float = 0.0) -> Reading:
+    """The job's config against the checkpoint, in one place: its mode (a kotune checkpoint's), the
+    task it asks for against the saved head and options (:func:`task_for_checkpoint`), the saved
+    columns, the length and token types the model was trained with (a different length asked for
+    is a warning), and what the build reads of the config (:class:`Reading`)."""
     from heads.model.encoder import uses_token_type_ids
 
     if not checkpoint.export:  # an export is a plain native model: it has no mode to continue
-        check_checkpoint_mode(str(cfg.mode.name), checkpoint, training)
+        check_checkpoint_mode(str(cfg.mode.name), checkpoint, "train" in need)
     task = task_for_checkpoint(task, checkpoint.meta | {"head": checkpoint.head}, checkpoint.path)
     use_saved_columns(task, checkpoint.meta, checkpoint.path)
-    return Reading(task, EncodeSettings(max_length=checkpoint_length(cfg, checkpoint, warn=True),
-                                        token_type_ids=bool(checkpoint.meta.get("token_type_ids",
-                                                                                uses_token_type_ids(checkpoint.config)))))
+    settings = EncodeSettings(max_length=checkpoint_length(cfg, checkpoint, warn=True),
+                              token_type_ids=bool(checkpoint.meta.get("token_type_ids",
+                                                                      uses_token_type_ids(checkpoint.config))))
+    return Reading(task, settings, cfg.data, tuple(need), int(cfg.train.seed), float(calibrate_share),
+                   cfg.get("cache_dir"), class_weight_setting(cfg.train.get("class_weights")) is not None,
+                   frozen_cache_settings(cfg) if cfg.mode.get("cache") and checkpoint.model.frozen else None)
 
 
 def checkpoint_length(cfg: DictConfig, checkpoint: Checkpoint, warn: bool) -> int:
