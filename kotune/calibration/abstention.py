@@ -26,9 +26,8 @@ def min_confidence(cfg: DictConfig, task) -> float | None:
     return checked_threshold((cfg.get("predict") or {}).get("min_confidence"), task)
 
 
-def abstained(cfg: DictConfig, task, outputs: list[Any]) -> list[bool] | None:
-    """Per output, whether it abstains; None when the option is off."""
-    p = min_confidence(cfg, task)
+def abstained(p: float | None, task, outputs: list[Any]) -> list[bool] | None:
+    """Per output, whether it abstains under the threshold ``p`` (:func:`min_confidence`); None when off."""
     if p is None:
         return None
     return abstains([conf for _, conf in task.top_predictions(outputs)], p)
@@ -53,11 +52,11 @@ def mark(records: list[dict], flags: list[bool] | None) -> list[dict]:
     return out
 
 
-def report(cfg: DictConfig, task, outputs: list[Any], examples: list[dict], scored: bool,
+def report(p: float | None, task, outputs: list[Any], examples: list[dict], scored: bool,
            run_dir: str | None) -> dict | None:
-    """results.json's ``abstention`` (None when the option is off): every field always present,
-    None where it does not apply (no gold labels: no accuracy, curve or plot)."""
-    p = min_confidence(cfg, task)
+    """results.json's ``abstention`` under the threshold ``p`` (:func:`min_confidence`; None: off,
+    and so is the entry): every field always present, None where it does not apply (no gold
+    labels: no accuracy, curve or plot)."""
     if p is None:
         return None
     top = task.top_predictions(outputs)

@@ -187,7 +187,7 @@ def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: lis
     """The one results.json body of train, eval and predict: every key always present (None where
     it does not apply), so tables can be built over any mix of runs."""
     log(b.model.describe())
-    scored = split == "validation"
+    scored, threshold = split == "validation", abstention.min_confidence(cfg, b.task)
     report = dict.fromkeys(REPORT_KEYS)
     report.update(
         {f"n_{'eval' if s == 'validation' else s}": len(d.examples) for s, d in b.splits.items()},
@@ -198,11 +198,11 @@ def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: lis
         class_weights=b.class_weights, decision=b.task.decision(),
         metrics=b.task.score(outputs, b.splits[split].examples) if scored else {},
         data={s: d.source for s, d in b.splits.items()},
-        abstention=abstention.report(cfg, b.task, outputs, b.splits[split].examples, scored,
+        abstention=abstention.report(threshold, b.task, outputs, b.splits[split].examples, scored,
                                      run_dir if is_rank_zero() else None))
     if (cfg.save_predictions or split == "predict") and is_rank_zero():
         report["predictions_file"] = write_predictions(run_dir, b, split, outputs,
-                                                       abstention.abstained(cfg, b.task, outputs))
+                                                       abstention.abstained(threshold, b.task, outputs))
     report.update(extra)
     unknown = set(report) - set(REPORT_KEYS)
     assert not unknown, f"results keys outside REPORT_KEYS: {unknown}"  # one schema for every action

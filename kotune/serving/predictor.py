@@ -58,7 +58,8 @@ class Predictor:
     def __init__(self, cfg: DictConfig):
         servable(build_task(cfg.task))
         self.b = build_from_checkpoint(cfg, (), onnx=True)
-        self.cfg = cfg  # predict.min_confidence: abstained answers (kotune/calibration/abstention.py)
+        # predict.min_confidence: abstained answers (kotune/calibration/abstention.py), checked once
+        self.threshold = abstention.min_confidence(cfg, self.b.task)
         servable(self.b.task)
         self.runtime = str(self.b.model.runtime)  # torch (a checkpoint), onnxruntime (an ONNX export): kotune/inference/model_runtimes.py
         # predict.device / precision / batch_tokens: the one forward every inference path runs (heads/model/inference.py)
@@ -81,7 +82,7 @@ class Predictor:
     def records(self, examples: list[dict], features, outputs: list, lengths: bool) -> list[dict]:
         """The decoded outputs as records without ids (abstained where predict.min_confidence says)."""
         task = self.b.task
-        flags = abstention.abstained(self.cfg, task, outputs)  # predict.min_confidence, else None
+        flags = abstention.abstained(self.threshold, task, outputs)  # predict.min_confidence, else None
         records = abstention.mark(task.prediction_records(outputs, examples), flags)
         records = [{k: v for k, v in r.items() if k != "id"} for r in records]
         if lengths:
