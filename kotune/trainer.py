@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from torch.utils.data import SequentialSampler
 from transformers import PreTrainedModel, Trainer
 
-from kotune import early_stopping
+from kotune import compiled, early_stopping
 
 from kotune.sweeps import pruning
 from kotune.build import Built, make_collator
@@ -70,6 +70,9 @@ class KotuneTrainer(Trainer):
         self.resume_config = resume_config
         self.loss_sum_before = 0.0  # the steps a resumed run had done: its checkpoint's marker
         self._loss_sum: torch.Tensor | None = None  # this call's steps, on the device
+        if self.args.torch_compile:  # one graph for every batch shape (kotune/compiled.py)
+            compiled.configure()
+            self.add_callback(compiled.CompileReport())
         if tensorboard_dir and self.is_world_process_zero():
             from transformers.integrations import TensorBoardCallback
 
@@ -82,6 +85,11 @@ class KotuneTrainer(Trainer):
 
     # DataParallel (several GPUs, one process): each replica's forward computes its share of the loss
     replicas_compute_loss = True
+    compile_dynamic = True  # train.compile: batches of many shapes, marked symbolic (kotune/compiled.py)
+
+    def _prepare_inputs(self, inputs: dict) -> dict:
+        inputs = super()._prepare_inputs(inputs)
+        return compiled.mark_dynamic(inputs) if self.args.torch_compile and self.compile_dynamic else inputs
 
     def loss_counts(self, batch: dict) -> torch.Tensor | None:
         """Per loss term, the labelled items of one micro-batch (``KotuneModel.loss_counts``); None
@@ -262,6 +270,7 @@ class PretrainingTrainer(KotuneTrainer):
 
     loss_is_scaled_for_ga = True  # compute_loss divides by the whole step's counts
     replicas_compute_loss = False
+    compile_dynamic = False  # blocks of one length: dynamo's static shapes
 
     def loss_counts(self, batch: dict) -> torch.Tensor:
         from heads.model.mlm import pretraining_counts
