@@ -104,7 +104,8 @@ class KotuneTrainer(Trainer):
         counts = [self.loss_counts(batch) for batch in batch_samples]
         if not counts or any(c is None for c in counts):
             return super()._get_num_items_in_batch(batch_samples, device)
-        total = torch.stack(counts).sum(0).to(device)
+        # made where the batch is (accelerate places it on the device): no copy; else one that does not wait
+        total = torch.stack(counts).sum(0).to(device, non_blocking=True)
         average = self.args.average_tokens_across_devices
         if average and self.args.world_size > 1:
             total = self.accelerator.gather(total.unsqueeze(0)).sum(0)
