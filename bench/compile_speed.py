@@ -112,7 +112,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--backend", default="inductor", help="torch.compile backend (--smoke: aot_eager)")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every run")
-    parser.add_argument("--cache-dir", default=None, help="kotune's cache (tokenizer, features); default: a temporary one")
+    parser.add_argument("--cache-dir", default=None,
+                        help="kotune's cache (tokenizer, features); default: a temporary one")
     parser.add_argument("--run", choices=RUNS, default=None, help=argparse.SUPPRESS)  # one run, in this process
     from bench.common import parse_with_smoke
 
@@ -144,7 +145,8 @@ def main() -> None:
               f"steady {r['steady_samples_per_s']:7.1f} samples/s ({r['steps'] - r['steps_compiling']} steps)  "
               f"train_loss {r['train_loss']:.6f} ({r['loss_delta']:+.2e})", flush=True)
     print(f"# load average {os.getloadavg()[0]:.1f} at the end")
-    print("RESULT " + " ".join([f"graphs_dynamo={results['dynamo']['graphs']}", f"graphs_kotune={results['kotune']['graphs']}",
+    print("RESULT " + " ".join([f"graphs_dynamo={results['dynamo']['graphs']}",
+                                f"graphs_kotune={results['kotune']['graphs']}",
                                 *(f"train_s_{run}={results[run]['train_s']:.1f}" for run in runs),
                                 f"max_loss_delta={max(abs(r['loss_delta']) for r in results.values()):.2e}"]))
 

@@ -1,9 +1,9 @@
 """``train.compile``: torch.compile with one graph for every batch shape, not one per shape.
 
-Dynamo's default (``dynamic=None``) compiles the first batch's shapes as constants, recompiles
-with a symbolic size when one changes (a new padded length, a new row count under
-``train.batch_tokens``), and again when another one does. kotune's batches differ in both from
-the start, so the trainers mark them symbolic on the first batch (``mark_dynamic``): the rows and
+Dynamo's default (``dynamic=None``) compiles the first batch's shapes as constants, then
+recompiles with the sizes that changed (a new padded length, a new row count under
+``train.batch_tokens``) symbolic, and again for a size that changes later. kotune's batches differ
+in both from the start, so the trainers mark them symbolic on the first batch (``mark_dynamic``): the rows and
 the padded length of every tensor that has them. One graph then serves every batch; a batch of
 one row (an epoch's last, often) is compiled apart: torch specializes sizes 0 and 1 (an unbacked
 row count would not, but breaks the graph at the sequence head's loss). Evaluation and prediction
@@ -12,7 +12,6 @@ one function: past it dynamo runs that function uncompiled instead of compiling 
 is logged when training ends (bench/compile_speed.py measures it: docs/actions/train.md)."""
 from __future__ import annotations
 
-import torch
 from transformers import TrainerCallback
 
 from kotune.core.log import log
