@@ -6,7 +6,8 @@ recompiles with the sizes that changed (a new padded length, a new row count und
 in both from the start, so the trainers mark them symbolic on the first batch (``mark_dynamic``): the rows and
 the padded length of every tensor that has them. One graph then serves every batch; a batch of
 one row (an epoch's last, often) is compiled apart: torch specializes sizes 0 and 1 (an unbacked
-row count would not, but breaks the graph at the sequence head's loss). Evaluation and prediction
+row count would not, but breaks the graph in the regression and multi-label losses of heads/sequence.py,
+measured). Evaluation and prediction
 run uncompiled (Trainer's; no graph is compiled for them). ``RECOMPILE_LIMIT`` caps the graphs of
 one function: past it dynamo runs that function uncompiled instead of compiling again. The count
 is logged when training ends (bench/compile_speed.py measures it: docs/actions/train.md)."""

@@ -61,9 +61,10 @@ def train(overrides: list[str], cache_dir: str, backend: str | None = None, dyna
 
 
 def test_compile_marks_the_batch_shapes_symbolic_and_compiles_once_per_kind_of_batch(cache_dir, fresh_dynamo):
-    """12 steps cross lengths 10 to 26 and the epoch's last batch of one row: dynamo's own rule compiles
-    3 graphs (the first batch's shapes, symbolic ones, the one-row batch), kotune's 2; the loss is eager's
-    (aot_eager: dynamo's tracing and graphs without inductor's kernels, which test_inductor_loss checks)."""
+    """12 steps cross several padded lengths (26, 20, …) and the epoch's last batch of one row: dynamo's
+    own rule compiles 3 graphs (the first batch's shapes, symbolic ones, the one-row batch), kotune's 2;
+    the loss is eager's (aot_eager: dynamo's tracing and graphs without inductor's kernels, which
+    test_inductor_loss_matches_eager checks)."""
     from kotune import compiled
 
     _, eager = train(["train.max_steps=12", *SMALL], cache_dir)
