@@ -22,10 +22,11 @@ from tasks.base import IGNORE
 def labelled(labels: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     """How many entries of ``labels`` carry a label (not -100); with class weights, the sum of their
     classes' weights (what a weighted cross-entropy's mean divides by)."""
+    keep = labels != IGNORE
     if weight is None:
-        return (labels != IGNORE).sum()
-    kept = labels[labels != IGNORE].long()
-    return weight.to(labels.device)[kept].sum()
+        return keep.sum()
+    # every entry's weight, 0 where unlabelled: no boolean indexing, whose size the host must read
+    return weight.to(labels.device)[torch.where(keep, labels, 0).long()].masked_fill(~keep, 0).sum()
 
 
 def cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:

@@ -87,10 +87,11 @@ class SequenceHead(WeightedCrossEntropy):
         return super().loss_sums(logits, labels)
 
     def loss_counts(self, labels: torch.Tensor) -> torch.Tensor:
+        # a count from the shape, filled on the device (torch.tensor would copy it there and wait)
         if self.multi_label:  # every row's every label
-            return torch.tensor([labels[..., : self.num_labels].numel()], device=labels.device)
+            return torch.full((1,), labels[..., : self.num_labels].numel(), device=labels.device)
         if self.num_labels == 1:
-            return torch.tensor([labels.numel()], device=labels.device)
+            return torch.full((1,), labels.numel(), device=labels.device)
         return super().loss_counts(labels)
 
     def native_export(self) -> NativeHead | str:

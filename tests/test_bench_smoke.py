@@ -34,6 +34,7 @@ SCRIPTS = {
     "calibration": ["--model", "mini", "--model-dir", "{model}", "--shared", "{shared}", "--out", "{out}",
                     "--cache-dir", "{cache}"],
     "class_weights": ["--model-dir", "{model}", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
+    "compile_speed": ["--cache-dir", "{cache}"],
     "distill": ["--model-dir", "{model}", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
     "dp_options": [],
     "embeddings": ["--model-dir", "{model}", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
@@ -60,7 +61,7 @@ SCRIPTS = {
 VARIANTS = {
     "label_issues:ner": ["--task", "ner", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
 }
-NO_SHARED = {"auprc_absent_class", "label_issues", "sweep_pruning"}
+NO_SHARED = {"auprc_absent_class", "compile_speed", "label_issues", "sweep_pruning"}
 # built first: pretrain_gain's --smoke recipe and cache are the encoder's, so its pretraining is reused
 NEEDS_ENCODER = {"calibration", "class_weights", "distill", "embeddings", "few_shot", "modes", "multi_label", "ner_crf", "pretrain_gain"}
 TIMEOUT_S = 600

@@ -94,7 +94,7 @@ def soft_target_sum(kind: str, student, teacher: torch.Tensor, labels: dict, tem
 def soft_target_count(kind: str, labels: dict, teacher: torch.Tensor) -> torch.Tensor:
     """The items the soft-target loss is a mean over: rows (every row a teacher labelled, with a
     label or not), rows × labels (sigmoid), labelled positions, or rows with an answer label (span)."""
-    rows = torch.tensor(len(teacher), device=teacher.device)
+    rows = torch.full((), len(teacher), device=teacher.device)  # filled there: no copy from the host
     if kind == "positions":
         return (labels["labels"] != IGNORE).sum().to(teacher.device)
     if kind == "span":

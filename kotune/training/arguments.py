@@ -99,6 +99,9 @@ def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do
         bf16=precision == "bf16",
         fp16=precision == "fp16",
         torch_compile=bool(t.get("compile", False)),
+        # AdamW's fused kernel (one launch for every parameter; CUDA, and the CPU's own): Trainer's default
+        # since torch 2.8, pinned so that a change of that default does not change kotune's optimizer
+        optim="adamw_torch_fused",
         eval_strategy=eval_strategy,
         eval_steps=eval_steps,
         save_strategy=save_strategy,

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from torch.utils.data import SequentialSampler
 from transformers import PreTrainedModel, Trainer
 
-from kotune.training import early_stopping
+from kotune.training import compiled, early_stopping
 
 from kotune.sweeps import pruning
 from kotune.loading.built import Built, make_collator
@@ -70,6 +70,9 @@ class KotuneTrainer(Trainer):
         self.resume_config = resume_config
         self.loss_sum_before = 0.0  # the steps a resumed run had done: its checkpoint's marker
         self._loss_sum: torch.Tensor | None = None  # this call's steps, on the device
+        if self.args.torch_compile:  # one graph for every batch shape (kotune/training/compiled.py)
+            compiled.configure()
+            self.add_callback(compiled.CompileReport())
         if tensorboard_dir and self.is_world_process_zero():
             from transformers.integrations import TensorBoardCallback
 
@@ -82,6 +85,11 @@ class KotuneTrainer(Trainer):
 
     # DataParallel (several GPUs, one process): each replica's forward computes its share of the loss
     replicas_compute_loss = True
+    compile_dynamic = True  # train.compile: batches of many shapes, marked symbolic (kotune/training/compiled.py)
+
+    def _prepare_inputs(self, inputs: dict) -> dict:
+        inputs = super()._prepare_inputs(inputs)
+        return compiled.mark_dynamic(inputs) if self.args.torch_compile and self.compile_dynamic else inputs
 
     def loss_counts(self, batch: dict) -> torch.Tensor | None:
         """Per loss term, the labelled items of one micro-batch (``KotuneModel.loss_counts``); None
@@ -96,7 +104,8 @@ class KotuneTrainer(Trainer):
         counts = [self.loss_counts(batch) for batch in batch_samples]
         if not counts or any(c is None for c in counts):
             return super()._get_num_items_in_batch(batch_samples, device)
-        total = torch.stack(counts).sum(0).to(device)
+        # made where the batch is (accelerate places it on the device): no copy; else one that does not wait
+        total = torch.stack(counts).sum(0).to(device, non_blocking=True)
         average = self.args.average_tokens_across_devices
         if average and self.args.world_size > 1:
             total = self.accelerator.gather(total.unsqueeze(0)).sum(0)
@@ -262,6 +271,7 @@ class PretrainingTrainer(KotuneTrainer):
 
     loss_is_scaled_for_ga = True  # compute_loss divides by the whole step's counts
     replicas_compute_loss = False
+    compile_dynamic = False  # blocks of one length: dynamo's static shapes
 
     def loss_counts(self, batch: dict) -> torch.Tensor:
         from heads.model.mlm import pretraining_counts
