@@ -109,15 +109,54 @@ class ReplacedTokenDetection(torch.nn.Module):
 def sample(probabilities: torch.Tensor, per_row: torch.Tensor, seeds: torch.Tensor | None,
            sampler: torch.Generator | None) -> torch.Tensor:
     """One token per masked position from ``probabilities`` [masked, vocab] (row-major, ``per_row``
-    of them in each row): with ``seeds``, each row's from a generator seeded with its seed."""
+    of them in each row): with ``seeds``, by inverse-CDF sampling with ``keyed_uniforms`` (the k-th
+    masked position of a row draws from the row's seed and k alone: the same tokens in any batch,
+    micro-batch or process; all rows at once, no generator per row); else ``torch.multinomial``."""
     if seeds is None:
         return torch.multinomial(probabilities, 1, generator=sampler).squeeze(-1)
-    drawn = []
-    for rows, seed in zip(probabilities.split(per_row.tolist()), seeds.tolist()):
-        if len(rows):
-            generator = torch.Generator(device=rows.device).manual_seed(int(seed))
-            drawn.append(torch.multinomial(rows, 1, generator=generator).squeeze(-1))
-    return torch.cat(drawn)
+    per_row = per_row.to(probabilities.device)
+    row = torch.repeat_interleave(torch.arange(len(per_row), device=probabilities.device), per_row)
+    starts = torch.cumsum(per_row, 0) - per_row
+    ordinal = torch.arange(len(row), device=row.device) - starts[row]
+    precise = torch.float32 if probabilities.device.type == "mps" else torch.float64  # MPS has no float64
+    cdf = torch.cumsum(probabilities.to(precise), -1)
+    target = (keyed_uniforms(seeds.to(row.device)[row], ordinal).to(precise) * cdf[:, -1]).unsqueeze(-1)
+    # the first token whose cumulative probability exceeds the target: one of zero probability never is
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=probabilities.shape[-1] - 1)
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
+    """``x * constant`` mod 2³² for ``x`` in [0, 2³²) held in int64, in 16-bit halves of the
+    constant so that no product leaves int64's range (torch's integer overflow is not defined)."""
+    low = x * (constant & 0xFFFF)
+    high = ((x * (constant >> 16)) & 0xFFFF) << 16
+    return (low + high) & _MASK32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A bijection of [0, 2³²) with full avalanche (Wellons' "lowbias32" integer hash)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def keyed_uniforms(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """A float64 uniform in [0, 1) (53 random bits; float32 with 24 on MPS) for each (``seed``, ``counter``) pair, a
+    counter-based hash of the two (integer torch ops, any device): the same pair gives the same
+    number whatever else is computed beside it."""
+    seeds, counters = seeds.long(), counters.long()
+    low32, high32, counters = seeds & _MASK32, (seeds >> 32) & _MASK32, counters & _MASK32
+    high = _mix32(_mix32(_mix32(low32 ^ 0x9E3779B9) ^ high32) ^ counters)  # two lanes: 27 + 26 bits
+    low = _mix32(_mix32(_mix32(high32 ^ 0x85EBCA6B) ^ low32) ^ counters)
+    bits = (high >> 5) * 67108864 + (low >> 6)
+    if bits.device.type == "mps":  # no float64 there: the top 24 bits
+        return (bits >> 29).float() / 16777216.0
+    return bits.double() / 9007199254740992.0
 
 
 def rtd_counts(batch: dict) -> torch.Tensor:
