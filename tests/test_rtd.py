@@ -254,3 +254,44 @@ def test_keyed_sampler_matches_the_probabilities():
     pair = torch.bincount(grouped[first] * 4 + grouped[second], minlength=16).double()
     pooled = torch.cat([support[:3], support[3:].sum().reshape(1)])
     assert _chi_square(pair, torch.outer(pooled, pooled).flatten()) < 56.49  # chi2.isf(1e-6, 15)
+
+
+def test_held_out_detection_metrics_see_a_ranking_below_the_threshold(tokenizer, blocks):  # noqa: F811
+    """rtd_metrics reports the AUC, the recall and the base rate's cross-entropy beside the accuracy:
+    a discriminator that ranks the replaced tokens first with every logit below 0 scores exactly the
+    always-'original' accuracy, and only its AUC shows what it has learned."""
+    import math
+    from types import SimpleNamespace
+
+    from sklearn.metrics import roc_auc_score
+
+    from heads.model.rtd import detection_auc, load_rtd_model, rtd_metrics
+
+    model = load_rtd_model(model_cfg(), len(tokenizer), 0, rtd_settings())
+    batch = masked(tokenizer, blocks[:4])
+    chosen = batch["labels"] != IGNORE
+    t = int(batch["labels"][chosen][0])
+    with torch.no_grad():
+        model.generator.generator_lm_head.bias[t] = 1e4  # every masked position sampled as t
+
+    class BelowZero(torch.nn.Module):  # -3 where the input is t (the replaced tokens and t's originals), else -5
+        config = model.discriminator.config
+
+        def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+            return SimpleNamespace(logits=-5.0 + 2.0 * (input_ids == t).float())
+
+    model.discriminator = BelowZero()
+    got = rtd_metrics(model, [batch])
+    out = model(**batch)
+    scores, gold = out["discriminator_logits"][out["real"]], out["replaced"][out["real"]]
+    share = float(gold.float().mean())
+    assert got["rtd_accuracy"] == pytest.approx(got["rtd_all_original_accuracy"]) == pytest.approx(100 * (1 - share))
+    assert got["rtd_recall"] == 0.0
+    assert got["rtd_auc"] == pytest.approx(roc_auc_score(gold.numpy(), scores.numpy()))
+    assert got["rtd_auc"] > 0.9
+    assert got["rtd_base_loss"] == pytest.approx(-(share * math.log(share) + (1 - share) * math.log(1 - share)))
+    # ties count half, as sklearn's
+    rng = torch.Generator().manual_seed(0)
+    scores, gold = torch.randint(0, 5, (500,), generator=rng).float(), torch.rand(500, generator=rng) < 0.3
+    assert detection_auc(scores, gold) == pytest.approx(roc_auc_score(gold.numpy(), scores.numpy()))
+    assert math.isnan(detection_auc(scores, torch.zeros(500, dtype=torch.bool)))

@@ -8,6 +8,7 @@ the discriminator share their embeddings (token, position, type), as in the pape
 narrower than its embeddings gets ``ElectraModel``'s ``embeddings_project``."""
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -227,29 +228,50 @@ def saved_generator(path: str, config) -> torch.nn.Module:
     return ElectraForMaskedLM.from_pretrained(where, config=saved, dtype=torch.float32, use_safetensors=True)
 
 
+def detection_auc(scores: torch.Tensor, replaced: torch.Tensor) -> float:
+    """The area under the ROC curve of ``scores`` for ``replaced`` (ties count half): the chance that
+    a replaced token scores above an original one, whatever the threshold; nan without both kinds."""
+    replaced = replaced.bool()
+    n_replaced = int(replaced.sum())
+    n_original = len(replaced) - n_replaced
+    if not n_replaced or not n_original:
+        return float("nan")
+    _, inverse, counts = torch.unique(scores.double(), return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0).double()
+    ranks = (ends - (counts.double() - 1) / 2)[inverse]  # 1-based, tied scores share their mean rank
+    return float((ranks[replaced].sum() - n_replaced * (n_replaced + 1) / 2) / (n_replaced * n_original))
+
+
 @torch.no_grad()
 def rtd_metrics(model: ReplacedTokenDetection, batches: list[dict], seed: int = 0) -> dict:
     """The generator's masked-token accuracy and perplexity (``mlm_metrics``) and the
     discriminator's replaced-token detection on ``batches`` (masked with a fixed seed), the
     replacements sampled with ``seed``: accuracy (%) and mean binary cross-entropy over the real
-    tokens, the replaced share, and what always answering "original" scores."""
+    tokens, the replaced share, and what always answering "original" scores (accuracy, and
+    ``rtd_base_loss``: the cross-entropy of answering the replaced share everywhere); the recall (%
+    of the replaced tokens found at logit > 0) and ``rtd_auc`` (threshold-free: a discriminator
+    that ranks replaced tokens higher without crossing 0 shows there, not in the accuracy)."""
     metrics = mlm_metrics(model.generator, batches)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     sampler = torch.Generator(device=device).manual_seed(seed)
-    loss, correct, replaced, tokens = 0.0, 0, 0, 0
+    all_scores, all_gold = [], []
     for batch in batches:
         batch = {k: v.to(device) for k, v in batch.items()}
         out = model(**batch, sampler=sampler)
-        scores, gold = out["discriminator_logits"][out["real"]].float(), out["replaced"][out["real"]]
-        loss += float(F.binary_cross_entropy_with_logits(scores, gold.float(), reduction="sum"))
-        correct += int(((scores > 0) == gold).sum())
-        replaced += int(gold.sum())
-        tokens += len(gold)
+        all_scores.append(out["discriminator_logits"][out["real"]].float().cpu())
+        all_gold.append(out["replaced"][out["real"]].cpu())
     model.train(was_training)
+    scores = torch.cat(all_scores) if all_scores else torch.zeros(0)
+    gold = torch.cat(all_gold) if all_gold else torch.zeros(0, dtype=torch.bool)
+    tokens, replaced = len(gold), int(gold.sum())
     if not tokens:
         return {**metrics, "rtd_accuracy": float("nan"), "rtd_loss": float("nan"), "n_tokens": 0}
-    return {**metrics, "rtd_accuracy": 100.0 * correct / tokens, "rtd_loss": loss / tokens,
-            "replaced_share": 100.0 * replaced / tokens, "rtd_all_original_accuracy": 100.0 * (1 - replaced / tokens),
-            "n_tokens": tokens}
+    share = replaced / tokens
+    base = -sum(q * math.log(q) for q in (share, 1 - share) if q > 0)
+    return {**metrics, "rtd_accuracy": 100.0 * int(((scores > 0) == gold).sum()) / tokens,
+            "rtd_loss": float(F.binary_cross_entropy_with_logits(scores, gold.float(), reduction="sum")) / tokens,
+            "rtd_base_loss": base, "rtd_auc": detection_auc(scores, gold),
+            "rtd_recall": 100.0 * int(((scores > 0) & gold).sum()) / replaced if replaced else float("nan"),
+            "replaced_share": 100.0 * share, "rtd_all_original_accuracy": 100.0 * (1 - share), "n_tokens": tokens}
