@@ -52,6 +52,7 @@ SCRIPTS = {
     "pretrain_variants": ["--cache-dir", "{cache}"],
     "probe_layers": ["--out", "{out}", "--cache-dir", "{cache}"],
     "qa_decode": [],
+    "rtd_diagnostics": ["--cache-dir", "{cache}"],
     "rtd_sample_speed": [],
     "serve_speed": ["--work", "{out}"],
     "sweep_pruning": ["--out", "{out}"],
