@@ -3,7 +3,7 @@
 same masked batch of the bench's mini ELECTRA (``--hidden``, ``--layers``, ``--vocab`` the size the
 mini recipe's WordPiece comes out at, ``--block``, ``--batch``; random weights and token ids):
 ``sample`` alone, and a whole training step (generator, sampling, discriminator, backward) with
-each, alternating ``--rounds`` times, medians.
+each, single steps alternating, ``--rounds`` rounds, medians.
 
     OMP_NUM_THREADS=1 python -m bench.rtd_sample_speed     # --smoke: tiny settings
 
@@ -41,7 +41,7 @@ def main() -> None:
     p.add_argument("--block", type=int, default=64)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--steps", type=int, default=5, help="timed steps (or sample calls x 4) a round")
+    p.add_argument("--steps", type=int, default=6, help="timed steps of each a round (and 4x as many sample calls)")
     p.add_argument("--smoke", action="store_true", help="tiny settings")
     a = p.parse_args()
     if a.smoke:
@@ -69,25 +69,26 @@ def main() -> None:
     def step_ms(fn) -> float:
         rtd.sample = fn
         start = time.perf_counter()
-        for _ in range(a.steps):
-            model.zero_grad()
-            model(**batch)["loss"].backward()
-        return (time.perf_counter() - start) / a.steps * 1000
+        model.zero_grad()
+        model(**batch)["loss"].backward()
+        return (time.perf_counter() - start) * 1000
 
     keyed = rtd.sample
     try:
         for fn in samplers.values():  # warm up
             step_ms(fn)
         times = {(kind, name): [] for kind in ("sample", "step") for name in samplers}
-        for _ in range(a.rounds):
+        for r in range(a.rounds):
             for name, fn in samplers.items():
                 times["sample", name].append(sample_ms(fn))
-                times["step", name].append(step_ms(fn))
+            for _ in range(a.steps):  # single steps, alternating (a shared machine's load drifts)
+                for name, fn in (samplers.items() if r % 2 else reversed(samplers.items())):
+                    times["step", name].append(step_ms(fn))
     finally:
         rtd.sample = keyed
     ms = {key: statistics.median(v) for key, v in times.items()}
     print(f"{a.batch} rows x {a.block} tokens, {int(chosen.sum())} masked, vocab {a.vocab}, {torch.get_num_threads()} "
-          f"thread(s); medians of {a.rounds} alternating rounds")
+          f"thread(s); medians over {a.rounds} rounds ({a.rounds * a.steps} single steps of each, alternating)")
     for kind in ("sample", "step"):
         print(f"{kind}: per-row generators {ms[kind, 'per_row']:.1f} ms, keyed {ms[kind, 'keyed']:.1f} ms "
               f"({ms[kind, 'per_row'] / ms[kind, 'keyed']:.2f}x)")
