@@ -133,11 +133,14 @@ def main() -> None:
     if "rtd_accuracy" in pre["metrics"]:
         print(f"held-out replaced-token detection accuracy {pre['initial_metrics']['rtd_accuracy']:.2f} → "
               f"{pre['metrics']['rtd_accuracy']:.2f} % (always 'original': "
-              f"{pre['metrics']['rtd_all_original_accuracy']:.2f} %; the masked accuracy above is the generator's)",
+              f"{pre['metrics']['rtd_all_original_accuracy']:.2f} %; the masked accuracy above is the generator's), "
+              f"AUC {pre['initial_metrics'].get('rtd_auc', float('nan')):.3f} → {pre['metrics'].get('rtd_auc', float('nan')):.3f}",
               flush=True)
     for point in pre["held_out_curve"]:
+        detection = (f"  detection AUC {point['rtd_auc']:.3f}, loss {point['rtd_loss']:.3f} (base rate's "
+                     f"{point['rtd_base_loss']:.3f})" if "rtd_auc" in point else "")
         print(f"  step {point['step']:5d}: held-out masked acc {point['mlm_accuracy']:5.2f} %  "
-              f"loss {point['mlm_loss']:.3f}", flush=True)
+              f"loss {point['mlm_loss']:.3f}{detection}", flush=True)
     phase_done("pretraining")
     if a.only_pretrain:
         return

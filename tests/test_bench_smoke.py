@@ -53,6 +53,8 @@ SCRIPTS = {
     "pretrain_variants": ["--cache-dir", "{cache}"],
     "probe_layers": ["--out", "{out}", "--cache-dir", "{cache}"],
     "qa_decode": [],
+    "rtd_diagnostics": ["--cache-dir", "{cache}"],
+    "rtd_sample_speed": [],
     "serve_speed": ["--work", "{out}"],
     "sweep_pruning": ["--out", "{out}"],
     "throughput": ["--out", "{out}"],
@@ -61,7 +63,7 @@ SCRIPTS = {
 VARIANTS = {
     "label_issues:ner": ["--task", "ner", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
 }
-NO_SHARED = {"auprc_absent_class", "compile_speed", "label_issues", "sweep_pruning"}
+NO_SHARED = {"auprc_absent_class", "compile_speed", "label_issues", "rtd_sample_speed", "sweep_pruning"}
 # built first: pretrain_gain's --smoke recipe and cache are the encoder's, so its pretraining is reused
 NEEDS_ENCODER = {"calibration", "class_weights", "distill", "embeddings", "few_shot", "modes", "multi_label", "ner_crf", "pretrain_gain"}
 TIMEOUT_S = 600

@@ -116,10 +116,13 @@ def test_generator_shares_embeddings_and_gets_no_gradient_from_the_discriminator
 
 
 def test_seeded_rows_sample_alike_in_any_batch(tokenizer, blocks):  # noqa: F811
-    """Each row's tokens come from its own seed: half batches (grad_accum=2) sample as one batch."""
+    """Each row's tokens come from its own seed: half batches (grad_accum=2) sample as one batch.
+    Without dropout, as the grad_accum tests: dropout draws other masks for each forward, so the
+    generator's probabilities themselves would differ between the halves and the whole."""
     from heads.model.rtd import load_rtd_model
 
-    model = load_rtd_model(model_cfg(), len(tokenizer), 0, rtd_settings())
+    model = load_rtd_model(model_cfg(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0), len(tokenizer), 0,
+                           rtd_settings())
     collate = pretrain.training_collator(tokenizer, rtd_settings(), seed=5)
     items = [{**pretrain.model_rows([r], False)[0], "mask_key": (0, i)} for i, r in enumerate(blocks[:4])]
     whole, halves = collate(items), [collate(items[:2]), collate(items[2:])]
@@ -191,3 +194,104 @@ def test_rtd_refusals_are_one_line(case, tmp_path, run_job):
     res = run_job(TINY + extra + [f"data.train_file={text}", "train.max_steps=1"], case)
     assert res["status"] == "failed" and want in res["error"], res.get("error")
     assert "\n" not in res["error"]
+
+
+def test_keyed_sampler_draws_a_row_alike_in_any_batch_composition():
+    """sample() with seeds: a row's tokens depend on its seed and its masked positions' order alone,
+    not on which rows are beside it, where it sits in the batch, or rows with nothing masked."""
+    from heads.model.rtd import sample
+
+    torch.manual_seed(0)
+    counts = [3, 0, 5, 1, 4]
+    rows = [torch.softmax(3 * torch.randn(n, 50), -1) for n in counts]
+    seeds = torch.tensor([11, 2 ** 62 + 5, 12, 2 ** 40, 7 * 2 ** 33 + 1])
+
+    def drawn(order):
+        probabilities = torch.cat([rows[i] for i in order])
+        return sample(probabilities, torch.tensor([counts[i] for i in order]), seeds[order], None)
+
+    alone = {i: drawn([i]) for i in range(len(rows)) if counts[i]}
+    for order in ([0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0], [1, 4, 0]):
+        together = drawn(order).split([counts[i] for i in order])
+        for i, tokens in zip(order, together):
+            assert torch.equal(tokens, alone.get(i, tokens[:0]))
+    # another seed draws other tokens (the seed is used at all)
+    assert not torch.equal(drawn([2]), sample(rows[2], torch.tensor([5]), torch.tensor([13]), None))
+
+
+def _chi_square(observed: torch.Tensor, probabilities: torch.Tensor) -> float:
+    expected = probabilities * observed.sum()
+    return float(((observed - expected) ** 2 / expected).sum())
+
+
+def test_keyed_sampler_matches_the_probabilities():
+    """40,000 keyed draws (4,000 rows of 10, the collator's own 63-bit row seeds) against the
+    probabilities by Pearson's chi-square at a 1e-6 significance level (7 degrees of freedom: 40.5),
+    and the same counts against a slightly different distribution (0.02 moved between two tokens),
+    which the test must reject: a sampler off by that much cannot pass. Zero-probability tokens are
+    never drawn; a row's 1st and 2nd draws are independent (their joint counts against p ⊗ p)."""
+    from heads.model.rtd import sample
+
+    support = torch.tensor([0.30, 0.20, 0.15, 0.10, 0.10, 0.08, 0.05, 0.02], dtype=torch.float64)
+    probabilities = torch.zeros(12, dtype=torch.float64)
+    live = torch.tensor([1, 2, 4, 5, 6, 8, 9, 11])  # tokens 0, 3, 7, 10 have probability 0
+    probabilities[live] = support
+    n_rows, per = 4000, 10
+    seeds = torch.tensor([pretrain.row_seed(7, 0, r, "sample") >> 1 for r in range(n_rows)])
+    tokens = sample(probabilities.float().expand(n_rows * per, -1), torch.full((n_rows,), per), seeds, None)
+    assert not torch.isin(tokens, torch.tensor([0, 3, 7, 10])).any()
+    observed = torch.bincount(tokens, minlength=12).double()[live]
+    assert _chi_square(observed, support) < 40.52  # chi2.isf(1e-6, 7)
+    wrong = support.clone()
+    wrong[0], wrong[7] = 0.28, 0.04
+    assert _chi_square(observed, wrong) > 40.52 * 5
+    assert _chi_square(observed, torch.full((8,), 1 / 8, dtype=torch.float64)) > 40.52 * 100
+    # the first two draws of each row: joint counts against p ⊗ p (4 × 4 cells, 15 degrees of freedom)
+    rank = torch.full((12,), -1, dtype=torch.long)
+    rank[live] = torch.arange(8)
+    first, second = rank[tokens.view(n_rows, per)[:, 0]], rank[tokens.view(n_rows, per)[:, 1]]
+    grouped = torch.tensor([0, 1, 2, 3, 3, 3, 3, 3])  # the rarer tokens pooled: expected counts >= 4000 × 0.09²
+    pair = torch.bincount(grouped[first] * 4 + grouped[second], minlength=16).double()
+    pooled = torch.cat([support[:3], support[3:].sum().reshape(1)])
+    assert _chi_square(pair, torch.outer(pooled, pooled).flatten()) < 56.49  # chi2.isf(1e-6, 15)
+
+
+def test_held_out_detection_metrics_see_a_ranking_below_the_threshold(tokenizer, blocks):  # noqa: F811
+    """rtd_metrics reports the AUC, the recall and the base rate's cross-entropy beside the accuracy:
+    a discriminator that ranks the replaced tokens first with every logit below 0 scores exactly the
+    always-'original' accuracy, and only its AUC shows what it has learned."""
+    import math
+    from types import SimpleNamespace
+
+    from sklearn.metrics import roc_auc_score
+
+    from heads.model.rtd import detection_auc, load_rtd_model, rtd_metrics
+
+    model = load_rtd_model(model_cfg(), len(tokenizer), 0, rtd_settings())
+    batch = masked(tokenizer, blocks[:4])
+    chosen = batch["labels"] != IGNORE
+    t = int(batch["labels"][chosen][0])
+    with torch.no_grad():
+        model.generator.generator_lm_head.bias[t] = 1e4  # every masked position sampled as t
+
+    class BelowZero(torch.nn.Module):  # -3 where the input is t (the replaced tokens and t's originals), else -5
+        config = model.discriminator.config
+
+        def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+            return SimpleNamespace(logits=-5.0 + 2.0 * (input_ids == t).float())
+
+    model.discriminator = BelowZero()
+    got = rtd_metrics(model, [batch])
+    out = model(**batch)
+    scores, gold = out["discriminator_logits"][out["real"]], out["replaced"][out["real"]]
+    share = float(gold.float().mean())
+    assert got["rtd_accuracy"] == pytest.approx(got["rtd_all_original_accuracy"]) == pytest.approx(100 * (1 - share))
+    assert got["rtd_recall"] == 0.0
+    assert got["rtd_auc"] == pytest.approx(roc_auc_score(gold.numpy(), scores.numpy()))
+    assert got["rtd_auc"] > 0.9
+    assert got["rtd_base_loss"] == pytest.approx(-(share * math.log(share) + (1 - share) * math.log(1 - share)))
+    # ties count half, as sklearn's
+    rng = torch.Generator().manual_seed(0)
+    scores, gold = torch.randint(0, 5, (500,), generator=rng).float(), torch.rand(500, generator=rng) < 0.3
+    assert detection_auc(scores, gold) == pytest.approx(roc_auc_score(gold.numpy(), scores.numpy()))
+    assert math.isnan(detection_auc(scores, torch.zeros(500, dtype=torch.bool)))

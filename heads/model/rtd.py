@@ -8,6 +8,7 @@ the discriminator share their embeddings (token, position, type), as in the pape
 narrower than its embeddings gets ``ElectraModel``'s ``embeddings_project``."""
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -109,15 +110,54 @@ class ReplacedTokenDetection(torch.nn.Module):
 def sample(probabilities: torch.Tensor, per_row: torch.Tensor, seeds: torch.Tensor | None,
            sampler: torch.Generator | None) -> torch.Tensor:
     """One token per masked position from ``probabilities`` [masked, vocab] (row-major, ``per_row``
-    of them in each row): with ``seeds``, each row's from a generator seeded with its seed."""
+    of them in each row): with ``seeds``, by inverse-CDF sampling with ``keyed_uniforms`` (the k-th
+    masked position of a row draws from the row's seed and k alone: the same tokens in any batch,
+    micro-batch or process; all rows at once, no generator per row); else ``torch.multinomial``."""
     if seeds is None:
         return torch.multinomial(probabilities, 1, generator=sampler).squeeze(-1)
-    drawn = []
-    for rows, seed in zip(probabilities.split(per_row.tolist()), seeds.tolist()):
-        if len(rows):
-            generator = torch.Generator(device=rows.device).manual_seed(int(seed))
-            drawn.append(torch.multinomial(rows, 1, generator=generator).squeeze(-1))
-    return torch.cat(drawn)
+    per_row = per_row.to(probabilities.device)
+    row = torch.repeat_interleave(torch.arange(len(per_row), device=probabilities.device), per_row)
+    starts = torch.cumsum(per_row, 0) - per_row
+    ordinal = torch.arange(len(row), device=row.device) - starts[row]
+    precise = torch.float32 if probabilities.device.type == "mps" else torch.float64  # MPS has no float64
+    cdf = torch.cumsum(probabilities.to(precise), -1)
+    target = (keyed_uniforms(seeds.to(row.device)[row], ordinal).to(precise) * cdf[:, -1]).unsqueeze(-1)
+    # the first token whose cumulative probability exceeds the target: one of zero probability never is
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=probabilities.shape[-1] - 1)
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
+    """``x * constant`` mod 2³² for ``x`` in [0, 2³²) held in int64, in 16-bit halves of the
+    constant so that no product leaves int64's range (torch's integer overflow is not defined)."""
+    low = x * (constant & 0xFFFF)
+    high = ((x * (constant >> 16)) & 0xFFFF) << 16
+    return (low + high) & _MASK32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A bijection of [0, 2³²) with full avalanche (Wellons' "lowbias32" integer hash)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def keyed_uniforms(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """A float64 uniform in [0, 1) (53 random bits; float32 with 24 on MPS) for each (``seed``, ``counter``) pair, a
+    counter-based hash of the two (integer torch ops, any device): the same pair gives the same
+    number whatever else is computed beside it."""
+    seeds, counters = seeds.long(), counters.long()
+    low32, high32, counters = seeds & _MASK32, (seeds >> 32) & _MASK32, counters & _MASK32
+    high = _mix32(_mix32(_mix32(low32 ^ 0x9E3779B9) ^ high32) ^ counters)  # two lanes: 27 + 26 bits
+    low = _mix32(_mix32(_mix32(high32 ^ 0x85EBCA6B) ^ low32) ^ counters)
+    bits = (high >> 5) * 67108864 + (low >> 6)
+    if bits.device.type == "mps":  # no float64 there: the top 24 bits
+        return (bits >> 29).float() / 16777216.0
+    return bits.double() / 9007199254740992.0
 
 
 def rtd_counts(batch: dict) -> torch.Tensor:
@@ -188,29 +228,50 @@ def saved_generator(path: str, config) -> torch.nn.Module:
     return ElectraForMaskedLM.from_pretrained(where, config=saved, dtype=torch.float32, use_safetensors=True)
 
 
+def detection_auc(scores: torch.Tensor, replaced: torch.Tensor) -> float:
+    """The area under the ROC curve of ``scores`` for ``replaced`` (ties count half): the chance that
+    a replaced token scores above an original one, whatever the threshold; nan without both kinds."""
+    replaced = replaced.bool()
+    n_replaced = int(replaced.sum())
+    n_original = len(replaced) - n_replaced
+    if not n_replaced or not n_original:
+        return float("nan")
+    _, inverse, counts = torch.unique(scores.double(), return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0).double()
+    ranks = (ends - (counts.double() - 1) / 2)[inverse]  # 1-based, tied scores share their mean rank
+    return float((ranks[replaced].sum() - n_replaced * (n_replaced + 1) / 2) / (n_replaced * n_original))
+
+
 @torch.no_grad()
 def rtd_metrics(model: ReplacedTokenDetection, batches: list[dict], seed: int = 0) -> dict:
     """The generator's masked-token accuracy and perplexity (``mlm_metrics``) and the
     discriminator's replaced-token detection on ``batches`` (masked with a fixed seed), the
     replacements sampled with ``seed``: accuracy (%) and mean binary cross-entropy over the real
-    tokens, the replaced share, and what always answering "original" scores."""
+    tokens, the replaced share, and what always answering "original" scores (accuracy, and
+    ``rtd_base_loss``: the cross-entropy of answering the replaced share everywhere); the recall (%
+    of the replaced tokens found at logit > 0) and ``rtd_auc`` (threshold-free: a discriminator
+    that ranks replaced tokens higher without crossing 0 shows there, not in the accuracy)."""
     metrics = mlm_metrics(model.generator, batches)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     sampler = torch.Generator(device=device).manual_seed(seed)
-    loss, correct, replaced, tokens = 0.0, 0, 0, 0
+    all_scores, all_gold = [], []
     for batch in batches:
         batch = {k: v.to(device) for k, v in batch.items()}
         out = model(**batch, sampler=sampler)
-        scores, gold = out["discriminator_logits"][out["real"]].float(), out["replaced"][out["real"]]
-        loss += float(F.binary_cross_entropy_with_logits(scores, gold.float(), reduction="sum"))
-        correct += int(((scores > 0) == gold).sum())
-        replaced += int(gold.sum())
-        tokens += len(gold)
+        all_scores.append(out["discriminator_logits"][out["real"]].float().cpu())
+        all_gold.append(out["replaced"][out["real"]].cpu())
     model.train(was_training)
+    scores = torch.cat(all_scores) if all_scores else torch.zeros(0)
+    gold = torch.cat(all_gold) if all_gold else torch.zeros(0, dtype=torch.bool)
+    tokens, replaced = len(gold), int(gold.sum())
     if not tokens:
         return {**metrics, "rtd_accuracy": float("nan"), "rtd_loss": float("nan"), "n_tokens": 0}
-    return {**metrics, "rtd_accuracy": 100.0 * correct / tokens, "rtd_loss": loss / tokens,
-            "replaced_share": 100.0 * replaced / tokens, "rtd_all_original_accuracy": 100.0 * (1 - replaced / tokens),
-            "n_tokens": tokens}
+    share = replaced / tokens
+    base = -sum(q * math.log(q) for q in (share, 1 - share) if q > 0)
+    return {**metrics, "rtd_accuracy": 100.0 * int(((scores > 0) == gold).sum()) / tokens,
+            "rtd_loss": float(F.binary_cross_entropy_with_logits(scores, gold.float(), reduction="sum")) / tokens,
+            "rtd_base_loss": base, "rtd_auc": detection_auc(scores, gold),
+            "rtd_recall": 100.0 * int(((scores > 0) & gold).sum()) / replaced if replaced else float("nan"),
+            "replaced_share": 100.0 * share, "rtd_all_original_accuracy": 100.0 * (1 - share), "n_tokens": tokens}

@@ -36,8 +36,9 @@ def described(metrics: dict) -> str:
     line = f"masked-token accuracy {metrics['mlm_accuracy']:.2f} %, perplexity {metrics['perplexity']:.1f}"
     if "rtd_accuracy" in metrics:
         line = (f"replaced-token detection accuracy {metrics['rtd_accuracy']:.2f} % (all 'original': "
-                f"{metrics.get('rtd_all_original_accuracy', float('nan')):.2f} %), loss {metrics['rtd_loss']:.3f}; "
-                f"generator's {line}")
+                f"{metrics.get('rtd_all_original_accuracy', float('nan')):.2f} %), AUC "
+                f"{metrics.get('rtd_auc', float('nan')):.3f}, loss {metrics['rtd_loss']:.3f} (base rate's "
+                f"{metrics.get('rtd_base_loss', float('nan')):.3f}); generator's {line}")
     return line
 
 
