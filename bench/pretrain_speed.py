@@ -94,7 +94,7 @@ def pretrain_config(batch: int, steps: int, precision: str = "fp32"):
 
 def kotune_trainer(model, tokenizer, rows: list[dict], batch: int, steps: int, out: str, precision: str = "fp32"):
     """What ``action=pretrain`` builds: its arguments, Trainer class, keyed rows and collator."""
-    from kotune.training.trainer import PretrainingTrainer
+    from kotune.training.pretraining import PretrainingTrainer
     from kotune.training.arguments import training_arguments
     from tasks import pretrain
 

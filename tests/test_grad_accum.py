@@ -11,7 +11,7 @@ import torch
 from transformers import TrainerCallback
 
 import kotune.actions.pretrain
-import kotune.training.rtd_trainer
+import kotune.training.pretraining
 import kotune.training.trainer
 from test_pretrain import TINY, corpus, documents_corpus
 
@@ -47,8 +47,8 @@ def recorded(monkeypatch) -> list:
         return Recording
 
     monkeypatch.setattr(kotune.training.trainer, "KotuneTrainer", recording(kotune.training.trainer.KotuneTrainer))
-    monkeypatch.setattr(kotune.actions.pretrain, "PretrainingTrainer", recording(kotune.training.trainer.PretrainingTrainer))
-    monkeypatch.setattr(kotune.actions.pretrain, "RTDTrainer", recording(kotune.training.rtd_trainer.RTDTrainer))
+    monkeypatch.setattr(kotune.actions.pretrain, "PretrainingTrainer", recording(kotune.training.pretraining.PretrainingTrainer))
+    monkeypatch.setattr(kotune.actions.pretrain, "RTDTrainer", recording(kotune.training.pretraining.RTDTrainer))
     return trainers
 
 

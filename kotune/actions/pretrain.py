@@ -14,8 +14,8 @@ from omegaconf import DictConfig
 from kotune.loading.built import resolve_max_length, warn_unknown_hangul
 from kotune.training.resume import resume_identity, train_resumable
 from kotune.devices import local_rank_zero_first
-from kotune.training.rtd_trainer import RTDTrainer
-from kotune.training.trainer import PretrainingTrainer
+from kotune.training.pretraining import RTDTrainer
+from kotune.training.pretraining import PretrainingTrainer
 from kotune.training.arguments import tensorboard_dir, training_arguments
 from tasks import pretrain
 from kotune.core.atomic_dir import written_whole

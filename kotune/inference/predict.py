@@ -131,9 +131,9 @@ def predictor_for(cfg: DictConfig, b: Built, run_dir: str):
     checkpoint (unless :func:`outside_trainer`), :class:`BatchPredictor` for an ONNX export."""
     if not runtime_of(b.model).trainer or outside_trainer(cfg):
         return batch_predictor(cfg, b.model, b.tokenizer)
-    from kotune.training.trainer import make_trainer  # transformers' Trainer: loaded once a model is to run
+    from kotune.training.trainer import prediction_trainer  # transformers' Trainer: loaded once a model is to run
 
-    return make_trainer(cfg, b, run_dir)
+    return prediction_trainer(cfg, b, run_dir)
 
 
 def predict_rows(predictor, task, features, inputs, examples: list[dict]) -> tuple[list, dict]:

@@ -60,17 +60,7 @@ def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do
     """``cfg.train`` → ``TrainingArguments``. ``train.select_best`` (needs ``do_eval``) evaluates
     ``train.evals_per_epoch`` times per epoch and keeps the checkpoint with the best
     ``main_metric``; checkpoints otherwise follow ``train.save_strategy``."""
-    import torch
-
     t = cfg.train
-    precision = str(t.precision)
-    if precision not in ("fp32", "bf16", "fp16"):
-        raise ConfigError(f"train.precision must be fp32, bf16 or fp16, got '{precision}'")
-    cuda = torch.cuda.is_available()
-    if precision == "fp16" and not cuda:
-        raise ConfigError("train.precision=fp16 needs a CUDA GPU (autocast with a loss scaler); "
-                          "on CPU use bf16 or fp32")
-    workers = dataloader_workers(t)
     eval_strategy = str(t.eval_strategy) if do_eval else "no"
     save_strategy, save_steps, eval_steps, best = str(t.save_strategy), int(t.get("save_steps", 500)), None, {}
     if t.get("select_best"):
@@ -83,22 +73,14 @@ def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do
         best = {"load_best_model_at_end": True, "metric_for_best_model": main_metric,
                 "greater_is_better": greater_is_better}
     return TrainingArguments(
-        output_dir=os.path.join(run_dir, "checkpoints"),
+        **runtime_arguments(cfg, run_dir, label_names),
         learning_rate=float(t.learning_rate),
         num_train_epochs=float(t.epochs),
         max_steps=int(t.max_steps),
         per_device_train_batch_size=int(t.batch_size),
-        per_device_eval_batch_size=int(t.eval_batch_size),
         gradient_accumulation_steps=int(t.grad_accum),
         warmup_steps=float(t.warmup_ratio),  # < 1: a fraction of the total steps
         weight_decay=float(t.weight_decay),
-        seed=int(t.seed),
-        # train.deterministic: torch's deterministic algorithms and cuBLAS's fixed workspace (bit-exact
-        # reruns on one GPU, at some speed); the CPU's kernels are deterministic already
-        full_determinism=bool(t.get("deterministic", False)),
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        torch_compile=bool(t.get("compile", False)),
         # AdamW's fused kernel (one launch for every parameter; CUDA, and the CPU's own): Trainer's default
         # since torch 2.8, pinned so that a change of that default does not change kotune's optimizer
         optim="adamw_torch_fused",
@@ -110,14 +92,48 @@ def training_arguments(cfg: DictConfig, run_dir: str, label_names: list[str], do
         **best,
         **early_stopping.training_arguments(cfg),  # train.early_stopping_patience: its counter resumes
         logging_steps=int(t.logging_steps),
+        train_sampling_strategy="group_by_length" if t.group_by_length else "random",
+        ddp_find_unused_parameters=bool(cfg.mode.frozen) or None,
+    )
+
+
+def prediction_arguments(cfg: DictConfig, run_dir: str, label_names: list[str]) -> TrainingArguments:
+    """``TrainingArguments`` for a Trainer that only predicts (a checkpoint's eval and predict): how
+    batches run (:func:`runtime_arguments`), none of training's schedule, optimizer or checkpoints."""
+    return TrainingArguments(**runtime_arguments(cfg, run_dir, label_names))
+
+
+def runtime_arguments(cfg: DictConfig, run_dir: str, label_names: list[str]) -> dict:
+    """What every Trainer of a job shares, training or only predicting: where and in what precision
+    batches run, the evaluation batch size, the data loaders, seed and determinism, compilation,
+    loggers and progress bars."""
+    import torch
+
+    t = cfg.train
+    precision = str(t.precision)
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise ConfigError(f"train.precision must be fp32, bf16 or fp16, got '{precision}'")
+    cuda = torch.cuda.is_available()
+    if precision == "fp16" and not cuda:
+        raise ConfigError("train.precision=fp16 needs a CUDA GPU (autocast with a loss scaler); "
+                          "on CPU use bf16 or fp32")
+    workers = dataloader_workers(t)
+    return dict(
+        output_dir=os.path.join(run_dir, "checkpoints"),
+        per_device_eval_batch_size=int(t.eval_batch_size),
+        seed=int(t.seed),
+        # train.deterministic: torch's deterministic algorithms and cuBLAS's fixed workspace (bit-exact
+        # reruns on one GPU, at some speed); the CPU's kernels are deterministic already
+        full_determinism=bool(t.get("deterministic", False)),
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        torch_compile=bool(t.get("compile", False)),
         report_to=[n for n in loggers(cfg) if n != "tensorboard"] or "none",  # tensorboard: KotuneTrainer
         remove_unused_columns=False,  # features carry only model inputs; ids stay outside
         label_names=list(label_names),
-        train_sampling_strategy="group_by_length" if t.group_by_length else "random",
         use_cpu=cpu_only(),
         dataloader_num_workers=workers,
         dataloader_persistent_workers=workers > 0,  # not re-forked for every evaluation
         dataloader_pin_memory=cuda,
-        ddp_find_unused_parameters=bool(cfg.mode.frozen) or None,
         disable_tqdm=progress_bars_off(),
     )

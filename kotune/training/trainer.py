@@ -20,7 +20,7 @@ from kotune.loading.built import Built, make_collator
 from kotune.training.optim import check_layer_decay, parameter_groups
 from kotune.training.resume import COMPLETE, resume_identity
 from kotune.devices import pad_multiple, world_size
-from kotune.training.arguments import plain_progress, tensorboard_dir, training_arguments
+from kotune.training.arguments import plain_progress, prediction_arguments, tensorboard_dir, training_arguments
 from kotune.core.errors import KotuneError
 from kotune.core.files import write_json_atomic
 
@@ -260,36 +260,9 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
     )
 
 
-class PretrainingTrainer(KotuneTrainer):
-    """``action=pretrain``'s trainer: the loss is ``heads.model.mlm.masked_lm_loss`` (the MLM head at the
-    masked positions only; plus next-sentence prediction where the batch has it), and the training
-    rows come in ``tasks.pretrain.EpochSampler``'s order, keyed for ``KeyedRows`` and ``KeyedMasking``
-    (exact resume). The loss divides by the masked tokens (and sentence pairs) of the whole
-    optimizer step (``pretraining_counts``). A wrapped model (DistributedDataParallel,
-    ``train.compile``, DataParallel) keeps its own forward: calling its inner modules would bypass
-    the wrapper; the loss is then computed on its gathered outputs."""
-
-    loss_is_scaled_for_ga = True  # compute_loss divides by the whole step's counts
-    replicas_compute_loss = False
-    compile_dynamic = False  # blocks of one length: dynamo's static shapes
-
-    def loss_counts(self, batch: dict) -> torch.Tensor:
-        from heads.model.mlm import pretraining_counts
-
-        return pretraining_counts(batch)
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        from heads.model.mlm import masked_lm_loss
-
-        if return_outputs:  # Trainer's evaluation: the model's own loss (action=pretrain scores itself)
-            return super().compute_loss(model, inputs, return_outputs)
-        loss = masked_lm_loss(model, inputs, num_items_in_batch, full_forward=model is not self.model)
-        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
-            loss = loss * self.accelerator.num_processes  # the counts span the processes; DDP averages
-        return loss
-
-    def _get_train_sampler(self, train_dataset=None):
-        from tasks.pretrain import EpochSampler
-
-        dataset = self.train_dataset if train_dataset is None else train_dataset
-        return EpochSampler(len(dataset), self.args.data_seed if self.args.data_seed is not None else self.args.seed)
+def prediction_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer:
+    """A trainer that only predicts (a checkpoint's eval and predict, through ``Trainer.predict``):
+    Trainer's devices, precision and processes (kotune/training/arguments.py's
+    ``prediction_arguments``), batches padded as in training; no optimizer, schedule or callbacks."""
+    return KotuneTrainer(model=b.model, args=prediction_arguments(cfg, run_dir, list(b.model.head.label_fields)),
+                         data_collator=make_collator(b.tokenizer, cfg))
