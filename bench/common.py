@@ -126,3 +126,13 @@ def parse_with_smoke(parser, smoke: dict, argv: list[str] | None = None):
         parser.set_defaults(**smoke)
         args = parser.parse_args(argv)
     return args
+
+
+def add_mini_shape_arguments(parser, vocab: int) -> None:
+    """The mini encoder's shape as options (``--hidden``, ``--layers``, ``--vocab``, ``--block``,
+    ``--batch``): the RTD benches' (bench/rtd_diagnostics.py, bench/rtd_sample_speed.py)."""
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=vocab)
+    parser.add_argument("--block", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=64)

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.pretraining import SMOKE, pretrain_overrides
+from bench.common import add_mini_shape_arguments
 
 ARMS = ("uniform", "unigram", "frozen", "rtd", "mlm")
 
@@ -52,11 +53,7 @@ def main() -> None:
     p.add_argument("--at", default="50,100,300", help="the steps scored (0 always)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=float, default=0.06, help="warmup share of --steps")
-    p.add_argument("--vocab", type=int, default=2000)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--block", type=int, default=64)
-    p.add_argument("--batch", type=int, default=64)
+    add_mini_shape_arguments(p, vocab=2000)
     p.add_argument("--eval-blocks", type=int, default=100)
     p.add_argument("--cache-dir", default=os.environ.get("KOTUNE_CACHE", os.path.join(tempfile.gettempdir(), "kotune")))
     p.add_argument("--smoke", action="store_true", help="tiny settings, every arm's code on 2 steps")

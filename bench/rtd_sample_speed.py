@@ -33,13 +33,10 @@ def main() -> None:
     from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
     from tasks.base import IGNORE
+    from bench.common import add_mini_shape_arguments
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--vocab", type=int, default=4135)
-    p.add_argument("--block", type=int, default=64)
-    p.add_argument("--batch", type=int, default=64)
+    add_mini_shape_arguments(p, vocab=4135)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=6, help="timed steps of each a round (and 4x as many sample calls)")
     p.add_argument("--smoke", action="store_true", help="tiny settings")
