@@ -218,3 +218,21 @@ def test_a_search_stores_no_secret_in_its_study():
 
     stored = search_overrides({"serve.api_key": "Zk7SecretQq", "train.epochs": "3", "+hub.hf_token": "hf_Zk7Qq"}, "none")
     assert stored == {"serve.api_key": "***", "train.epochs": "3", "+hub.hf_token": "***", "hparams_search.pruner": "none"}
+
+
+def test_a_remembered_secret_piece_leaves_a_model_cards_front_matter_readable():
+    """Found where the secrets meet the model card: a storage URL's password "question?mark#…" made
+    "question" a secret piece for the rest of the process, and masking the whole card turned
+    ``pipeline_tag: question-answering`` into a YAML alias (``***-answering``): the card's tags were
+    unreadable and a native QA export lost its task. The body is masked, the front matter is kept."""
+    import yaml
+
+    from kotune.core.redact import remember_secrets
+    from kotune.export.model_card import masked_card
+
+    remember_secrets(["question?mark#hashNb3"], url=True)
+    card = ("---\npipeline_tag: question-answering\ntags:\n- kotune\n- qa\n---\n\n"
+            "trained by `python run.py hparams_search.storage=postgresql://u:question?mark#hashNb3@h/db` on question pairs\n")
+    front, _, body = masked_card(card).partition("\n---\n\n")
+    assert yaml.safe_load(front.removeprefix("---\n")) == {"pipeline_tag": "question-answering", "tags": ["kotune", "qa"]}
+    assert "question?mark#hashNb3" not in body and "hashNb3" not in body

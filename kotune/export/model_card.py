@@ -160,8 +160,19 @@ def write_model_card(export: dict, meta: dict, head: str, checkpoint: str, licen
                      exporter.card_usage(export, export["export_dir"]), exporter.library)
     path = os.path.join(folder or export["export_dir"], "README.md")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(mask_credentials(text))  # the training command may name a storage URL; the card is pushed
+        f.write(masked_card(text))
     return path
+
+
+def masked_card(text: str) -> str:
+    """The card with every secret met masked in its body (the training command may name a storage
+    URL; the card is pushed), its YAML front matter as built: structured fields that hold no secret,
+    and which a mask would break (a value starting ``***`` is a YAML alias, so a secret piece such as
+    "question" in ``pipeline_tag: question-answering`` left the card unreadable and its task unknown)."""
+    front, sep, body = text.partition("\n---\n\n")
+    if not (text.startswith("---\n") and sep):
+        return mask_credentials(text)
+    return front + sep + mask_credentials(body)
 
 
 def push_to_hub(folder: str, repo_id: str, private: bool = False) -> str:
