@@ -48,3 +48,24 @@ def test_the_record_holds_what_the_job_takes_and_reconcile_reads_it(trained):  #
     with pytest.raises(ConfigError, match="was saved by mode=finetune: continue it with mode=finetune"):
         reconcile(compose([f"checkpoint={trained}", "data=sample", "mode=frozen"]), checkpoint,
                   build_task(cfg.task), ("train",))
+
+
+def test_an_onnx_export_is_read_once_too(trained, tmp_path, monkeypatch):  # noqa: F811
+    """An export's kotune_export.json: read and checked once, then handed to OnnxModel (the graph here
+    is a placeholder, refused after the spec: what matters is how often the spec was read)."""
+    from heads.model.artifact import ArtifactError
+    from kotune.loading.checkpoint import read_checkpoint
+    from test_artifact_trust import export_like
+
+    export = export_like(trained, tmp_path, lambda spec: None)
+    real_open, opened = builtins.open, []
+
+    def spy(file, mode="r", *args, **kwargs):
+        if os.path.basename(str(file)) == "kotune_export.json" and "b" not in mode:
+            opened.append(str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    with pytest.raises(ArtifactError, match="not an ONNX graph onnxruntime runs"):
+        read_checkpoint(str(export), onnx={})
+    assert opened == [str(export / "kotune_export.json")]

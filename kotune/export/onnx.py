@@ -227,16 +227,19 @@ class OnnxModel:
     runtime = "onnxruntime"
     frozen = False
 
-    def __init__(self, directory: str, file: str | None = None, threads: int | None = None):
+    def __init__(self, directory: str, file: str | None = None, threads: int | None = None, spec: dict | None = None):
+        """``spec``: its kotune_export.json as already read and checked (kotune/loading/checkpoint.py
+        reads a checkpoint's once), else read and checked here."""
         import onnxruntime as ort
 
         settle(directory)  # an export killed while swapping its directory in: put the whole one back
         from heads.model.artifact import ArtifactError, check_export_spec, check_files, check_outputs, parse
 
         where = os.path.join(directory, EXPORT_FILE)
-        check_files(directory, directory)  # before any file is opened: a link out of the export is refused
-        with open(where, encoding="utf-8") as f:
-            spec = check_export_spec(parse(f.read(), where), where)  # data only: heads/model/artifact.py
+        if spec is None:
+            check_files(directory, directory)  # before any file is opened: a link out of the export is refused
+            with open(where, encoding="utf-8") as f:
+                spec = check_export_spec(parse(f.read(), where), where)  # data only: heads/model/artifact.py
         # exported with a manifest (kotune_export.json says so): every file as it was written
         verify_manifest(directory, bool(spec.get("manifest")), "export it again (action=export)")
         from heads.registry import resolve

@@ -186,7 +186,7 @@ def read_checkpoint(path: str, onnx: dict | None = None) -> Checkpoint:
         from kotune.export.onnx import EXPORT_FILE, OnnxModel
 
         folder, spec = path, read_spec(path)
-        model = OnnxModel(path, onnx.get("file"), onnx.get("threads"))
+        model = OnnxModel(path, onnx.get("file"), onnx.get("threads"), spec=spec)
         config = AutoConfig.from_pretrained(path)
         # its length within its encoder's positions (a checkpoint's is checked as it loads: KotuneModel.load)
         check_length(model.meta.get("max_length"), position_limit(config), f"{path}/{EXPORT_FILE}", "config.json")
