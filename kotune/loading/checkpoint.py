@@ -169,6 +169,13 @@ class Checkpoint:
     def export(self) -> bool:
         return not self.runtime.kotune_model
 
+    @property
+    def token_type_ids(self) -> bool:
+        """Whether its model reads token types: as saved, else as its encoder's config says."""
+        from heads.model.encoder import uses_token_type_ids
+
+        return bool(self.meta.get("token_type_ids", uses_token_type_ids(self.config)))
+
 
 def read_checkpoint(path: str, onnx: dict | None = None) -> Checkpoint:
     """The checkpoint at ``path`` read once into a :class:`Checkpoint`: its spec checked (``read_spec``,

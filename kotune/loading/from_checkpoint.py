@@ -57,11 +57,8 @@ def checkpoint_side(cfg: DictConfig, onnx: bool = False, warn: bool = False) -> 
 
 def encoder_of(cfg: DictConfig, checkpoint: Checkpoint, warn: bool = False) -> Encoder:
     """A read checkpoint as an :class:`Encoder` (its tokenizer, config, length, token types, model)."""
-    from heads.model.encoder import uses_token_type_ids
-
     return Encoder(checkpoint.tokenizer, checkpoint.config, checkpoint_length(cfg, checkpoint, warn),
-                   bool(checkpoint.meta.get("token_type_ids", uses_token_type_ids(checkpoint.config))),
-                   model=checkpoint.model, encoder=getattr(checkpoint.model, "encoder", None))
+                   checkpoint.token_type_ids, model=checkpoint.model, encoder=getattr(checkpoint.model, "encoder", None))
 
 
 def onnx_settings(cfg: DictConfig) -> dict:

@@ -42,15 +42,12 @@ def reconcile(cfg: DictConfig, checkpoint: Checkpoint, task: Task, need: tuple[s
     task it asks for against the saved head and options (:func:`task_for_checkpoint`), the saved
     columns, the length and token types the model was trained with (a different length asked for
     is a warning), and what the build reads of the config (:class:`Reading`)."""
-    from heads.model.encoder import uses_token_type_ids
-
     if not checkpoint.export:  # an export is a plain native model: it has no mode to continue
         check_checkpoint_mode(str(cfg.mode.name), checkpoint, "train" in need)
     task = task_for_checkpoint(task, checkpoint.meta | {"head": checkpoint.head}, checkpoint.path)
     use_saved_columns(task, checkpoint.meta, checkpoint.path)
     settings = EncodeSettings(max_length=checkpoint_length(cfg, checkpoint, warn=True),
-                              token_type_ids=bool(checkpoint.meta.get("token_type_ids",
-                                                                      uses_token_type_ids(checkpoint.config))))
+                              token_type_ids=checkpoint.token_type_ids)
     return Reading(task, settings, cfg.data, tuple(need), int(cfg.train.seed), float(calibrate_share),
                    cfg.get("cache_dir"), class_weight_setting(cfg.train.get("class_weights")) is not None,
                    frozen_cache_settings(cfg) if cfg.mode.get("cache") and checkpoint.model.frozen else None)
