@@ -39,7 +39,7 @@ def test_the_record_holds_what_the_job_takes_and_reconcile_reads_it(trained):  #
 
     checkpoint = read_checkpoint(str(trained))
     assert checkpoint.folder == str(trained / "model") and not checkpoint.export
-    assert checkpoint.spec["meta"] is checkpoint.meta or checkpoint.spec["meta"] == checkpoint.meta
+    assert checkpoint.meta == checkpoint.spec["meta"] and checkpoint.meta["task"] == "nli"  # the model holds the spec it was handed
     assert checkpoint.head == checkpoint.model.head_description() and checkpoint.runtime.kotune_model
     cfg = compose([f"checkpoint={trained}", "data=sample"])
     reading = reconcile(cfg, checkpoint, build_task(cfg.task), ("validation",))
