@@ -1,1 +1,2 @@
-"""kotune/inference"""
+"""Prediction and the one results schema (inference/predict.py), and what runs a loaded model's
+batches (inference/model_runtimes.py)."""
