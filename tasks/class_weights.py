@@ -9,6 +9,7 @@ from omegaconf import ListConfig
 
 from tasks.base import IGNORE
 from kotune.core.errors import ConfigError
+from kotune.core.log import log
 
 BALANCED = "balanced"
 
@@ -66,3 +67,15 @@ def describe(labels: list[str], weights: list[float], counts: list[int] | None =
     parts = [f"{name} {counts[i]:,} → {w:.3g}" if counts is not None else f"{name} {w:.3g}"
              for i, (name, w) in enumerate(zip(labels, weights))]
     return ", ".join(parts)
+
+
+def saved_class_weights(weights: list[float] | None, labels: list[str] | None, asked: bool = False) -> dict | None:
+    """The weights a trained head carries, reported as ``{label: {"count", "weight"}}`` (a checkpoint's
+    come without counts), None when unweighted; ``asked``: ``train.class_weights`` was set, which
+    applies to training only (said once)."""
+    if weights is None:
+        return None
+    if asked:
+        log("class weights: the checkpoint's (train.class_weights applies to training)")
+    names = [str(x) for x in labels or range(len(weights))]
+    return {name: {"count": None, "weight": w} for name, w in zip(names, weights)}

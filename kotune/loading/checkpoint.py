@@ -176,6 +176,11 @@ class Checkpoint:
 
         return bool(self.meta.get("token_type_ids", uses_token_type_ids(self.config)))
 
+    @property
+    def class_weights(self) -> list[float] | None:
+        """The class weights its head was trained with (an ONNX export keeps none)."""
+        return (getattr(self.model, "head_kwargs", None) or {}).get("class_weights")
+
 
 def read_checkpoint(path: str, onnx: dict | None = None) -> Checkpoint:
     """The checkpoint at ``path`` read once into a :class:`Checkpoint`: its spec checked (``read_spec``,

@@ -1,6 +1,6 @@
 """A checkpoint reconciled with the job that reads it, in one function (:func:`reconcile`): the mode
 it was saved by, its head and the task options its weights depend on (``Task.saved_options``), the
-columns its task read, the length it was trained with. kotune/loading/from_checkpoint.py builds
+columns its task read, the length it was trained with, the class weights it keeps. kotune/loading/from_checkpoint.py builds
 from what it returns."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from kotune.loading.built import frozen_cache_settings, requested_max_length
 from kotune.loading.checkpoint import Checkpoint
 from tasks.base import EncodeSettings, Task
-from tasks.class_weights import class_weight_setting
+from tasks.class_weights import class_weight_setting, saved_class_weights
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
 
@@ -22,8 +22,8 @@ class Reading:
     """How the job reads the checkpoint, all that the build takes from the job's config: its task
     (with the checkpoint's options and columns), the encoding its model was trained with, the data
     to read (``data``, the splits ``need``ed, ``seed``, the share held out for ``train.calibrate``),
-    the encoded-feature cache, whether ``train.class_weights`` was set (a checkpoint keeps its own),
-    and the frozen-feature cache's settings (None: off)."""
+    the encoded-feature cache, the class weights the checkpoint keeps (``train.class_weights``
+    applies to training) and the frozen-feature cache's settings (None: off)."""
 
     task: Task
     settings: EncodeSettings
@@ -32,7 +32,7 @@ class Reading:
     seed: int
     calibrate_share: float
     cache_dir: str | None
-    class_weights_asked: bool
+    class_weights: dict | None
     frozen_cache: Any = None
 
 
@@ -48,8 +48,9 @@ def reconcile(cfg: DictConfig, checkpoint: Checkpoint, task: Task, need: tuple[s
     use_saved_columns(task, checkpoint.meta, checkpoint.path)
     settings = EncodeSettings(max_length=checkpoint_length(cfg, checkpoint, warn=True),
                               token_type_ids=checkpoint.token_type_ids)
+    asked = class_weight_setting(cfg.train.get("class_weights")) is not None
     return Reading(task, settings, cfg.data, tuple(need), int(cfg.train.seed), float(calibrate_share),
-                   cfg.get("cache_dir"), class_weight_setting(cfg.train.get("class_weights")) is not None,
+                   cfg.get("cache_dir"), saved_class_weights(checkpoint.class_weights, task.labels, asked),
                    frozen_cache_settings(cfg) if cfg.mode.get("cache") and checkpoint.model.frozen else None)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from tasks.class_weights import BALANCED, class_weight_setting, class_weights, describe, label_counts
+from tasks.class_weights import (BALANCED, class_weight_setting, class_weights, describe, label_counts,
+                                 saved_class_weights)
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
 
@@ -32,16 +33,9 @@ def apply_class_weights(cfg: DictConfig, model, labels: list[str] | None, train_
         source = "balanced, n / (k · count)" if setting == BALANCED else "as given"
         log(f"class weights ({source}; {sum(counts):,} training targets): {describe(names, weights, counts)}")
         return {name: {"count": c, "weight": w} for name, c, w in zip(names, counts, weights)}
-    return saved_class_weights(model, labels, asked=not fresh_head and setting is not None)
+    return saved_class_weights(head_weights(model), labels, asked=not fresh_head and setting is not None)
 
 
-def saved_class_weights(model, labels: list[str] | None, asked: bool = False) -> dict | None:
-    """The weights a head carries (a checkpoint's come without counts), None when unweighted;
-    ``asked``: ``train.class_weights`` was set, which applies to training only (said once)."""
-    weights = (getattr(model, "head_kwargs", None) or {}).get("class_weights")  # an ONNX export: none kept
-    if weights is None:
-        return None
-    if asked:
-        log("class weights: the checkpoint's (train.class_weights applies to training)")
-    names = [str(x) for x in labels or range(len(weights))]
-    return {name: {"count": None, "weight": w} for name, w in zip(names, weights)}
+def head_weights(model) -> list[float] | None:
+    """The class weights a head carries (an ONNX export keeps none)."""
+    return (getattr(model, "head_kwargs", None) or {}).get("class_weights")
