@@ -1,4 +1,4 @@
-"""Where and how a job runs: devices, data-loader workers, padding multiple, seeding, the
+"""Where and how a job runs: devices, padding multiple, seeding, the
 rank-zero-first guard of distributed runs, library log levels and memory between jobs."""
 from __future__ import annotations
 
@@ -28,17 +28,6 @@ def pad_multiple(t: DictConfig) -> int:
     if value in (None, "auto"):
         return 8 if torch.cuda.is_available() else 1
     return max(1, int(value))
-
-
-def dataloader_workers(t: DictConfig) -> int:
-    """``train.dataloader_num_workers``; ``auto``: 2 per process on CUDA (collation overlaps the
-    GPU step), 0 on CPU, where a worker would take a core from the matmuls."""
-    import torch
-
-    value = t.get("dataloader_num_workers", "auto")
-    if value in (None, "auto"):
-        return min(2, os.cpu_count() or 1) if torch.cuda.is_available() else 0
-    return int(value)
 
 
 def world_size() -> int:

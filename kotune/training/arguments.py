@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from transformers import TrainingArguments
 
 from kotune.training import early_stopping
-from kotune.devices import cpu_only, dataloader_workers
+from kotune.devices import cpu_only
 from kotune.core.errors import ConfigError
 
 
@@ -137,3 +137,14 @@ def runtime_arguments(cfg: DictConfig, run_dir: str, label_names: list[str]) -> 
         dataloader_pin_memory=cuda,
         disable_tqdm=progress_bars_off(),
     )
+
+
+def dataloader_workers(t: DictConfig) -> int:
+    """``train.dataloader_num_workers``; ``auto``: 2 per process on CUDA (collation overlaps the
+    GPU step), 0 on CPU, where a worker would take a core from the matmuls."""
+    import torch
+
+    value = t.get("dataloader_num_workers", "auto")
+    if value in (None, "auto"):
+        return min(2, os.cpu_count() or 1) if torch.cuda.is_available() else 0
+    return int(value)
