@@ -141,7 +141,8 @@ def speed(a) -> None:
 
     from kotune.loading.build import build
     from kotune.cli.overrides import compose
-    from kotune.inference.predict import predict_rows, predictor_for
+    from kotune.inference.model_runtimes import predictor_for
+    from kotune.inference.predict import predict_rows
 
     out = os.path.join(a.out, "speed")
     shape = (["model=tiny"] if a.smoke else

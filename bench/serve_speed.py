@@ -105,7 +105,8 @@ def run_pipeline(m: dict, examples: list[dict], latency_n: int) -> dict:
 def run_kotune(m: dict, examples: list[dict], latency_n: int, threads: int, onnx_file: str | None) -> dict:
     """action=predict's path on the examples (encode, sorted batches, decode), then single requests."""
     from kotune.loading.build import build
-    from kotune.inference.predict import predict_rows, predictor_for
+    from kotune.inference.model_runtimes import predictor_for
+    from kotune.inference.predict import predict_rows
     from kotune.serving.app import Predictor
 
     checkpoint = m["onnx"] if onnx_file else m["checkpoint"]

@@ -41,6 +41,33 @@ def abstains(confidences: Sequence[float], threshold: float) -> list[bool]:
     return [float(c) < float(threshold) for c in confidences]
 
 
+def abstained(threshold: float | None, task, outputs: list) -> list[bool] | None:
+    """Per output, whether it abstains under ``threshold`` (the task's top predictions'
+    probabilities: ``Task.top_predictions``); None when off."""
+    if threshold is None:
+        return None
+    return abstains([conf for _, conf in task.top_predictions(outputs)], threshold)
+
+
+def mark(records: list[dict], flags: list[bool] | None) -> list[dict]:
+    """The records with ``abstained`` (after ``prediction``); an abstained one's prediction is
+    "abstain" and the model's label moves to ``model_prediction``. ``flags`` None: unchanged."""
+    if flags is None:
+        return records
+    out = []
+    for record, flag in zip(records, flags):
+        new = {}
+        for key, value in record.items():
+            if key == "prediction" and flag:
+                new.update(prediction=ABSTAIN, model_prediction=value)
+            else:
+                new[key] = value
+            if key == "prediction":
+                new["abstained"] = flag
+        out.append(new)
+    return out
+
+
 def coverage(abstained: Sequence[bool]) -> float | None:
     """The share of rows answered (None for no rows)."""
     return None if not abstained else sum(not a for a in abstained) / len(abstained)

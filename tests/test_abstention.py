@@ -155,25 +155,25 @@ def test_the_predictor_answers_abstained_as_predict_wrote(runs, cache_dir):
     ("sts", "is a regression"), ("multi_label", "is multi-label"), ("ner", "tags tokens"),
     ("mrc", "extracts an answer span"), ("dp", "parses")])
 def test_tasks_that_cannot_abstain_refuse_in_one_line(task, why):
-    from kotune.calibration.abstention import min_confidence
+    from tasks.abstention import checked_threshold
     from kotune.core.errors import ConfigError
     from tasks import build_task
 
     cfg = compose([f"task={task}", "predict.min_confidence=0.5"])
     with pytest.raises(ConfigError) as e:
-        min_confidence(cfg, build_task(cfg.task))
+        checked_threshold(cfg.predict.min_confidence, build_task(cfg.task))
     assert str(e.value).startswith(f"predict.min_confidence=0.5: task {task} {why}") and "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("value", ["1.5", "-0.1", "high"])
 def test_a_threshold_outside_0_1_is_refused(value):
-    from kotune.calibration.abstention import min_confidence
+    from tasks.abstention import checked_threshold
     from kotune.core.errors import ConfigError
     from tasks import build_task
 
     cfg = compose(["task=text_cls", f"predict.min_confidence={value}"])
     with pytest.raises(ConfigError, match=r"a probability in \[0, 1\]"):
-        min_confidence(cfg, build_task(cfg.task))
+        checked_threshold(cfg.predict.min_confidence, build_task(cfg.task))
 
 
 def test_a_refused_run_fails_before_training(run_job):

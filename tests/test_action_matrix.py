@@ -411,7 +411,7 @@ def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_
     from kotune.export.onnx import OnnxModel
     from kotune.loading.build import build
     from kotune.loading.built import make_collator
-    from kotune.inference.predict import BatchPredictor
+    from kotune.inference.model_runtimes import BatchPredictor
     from kotune.inference.model_runtimes import torch_forward
     from tasks.collate import in_order, length_order
 

@@ -151,7 +151,7 @@ def test_an_exporter_summary_needs_no_export_dir_and_the_card_is_the_formats_own
 def test_a_plugin_runtime_runs_its_model_through_a_batch_predictor(registered, monkeypatch):
     import numpy as np
 
-    from kotune.inference import predict
+    from kotune.inference import model_runtimes
     from kotune.inference.model_runtimes import runtime_of
 
     @registered(RUNTIMES, "doubling")
@@ -167,10 +167,10 @@ def test_a_plugin_runtime_runs_its_model_through_a_batch_predictor(registered, m
     class Built:
         model, tokenizer = DoublingModel(), None
 
-    monkeypatch.setattr(predict, "make_collator", lambda tokenizer, cfg: lambda rows: [[r] for r in rows])
+    monkeypatch.setattr(model_runtimes, "make_collator", lambda tokenizer, cfg: lambda rows: [[r] for r in rows])
     cfg = OmegaConf.create({"train": {"eval_batch_size": 2}})
-    predictor = predict.predictor_for(cfg, Built(), "RUN_DIR")
-    assert isinstance(predictor, predict.BatchPredictor) and runtime_of(DoublingModel()).kind == "doubling"
+    predictor = model_runtimes.predictor_for(cfg, Built(), "RUN_DIR")
+    assert isinstance(predictor, model_runtimes.BatchPredictor) and runtime_of(DoublingModel()).kind == "doubling"
     assert predictor.predict([1, 2, 3]).predictions.tolist() == [[2], [4], [6]]
 
     class Unknown:

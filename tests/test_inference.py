@@ -97,7 +97,8 @@ def demo(tmp_path_factory, cache_dir):
 
 def test_a_small_token_budget_splits_batches_and_changes_no_output(demo):
     from kotune.loading.build import build
-    from kotune.inference.predict import BatchPredictor, batch_predictor, predict_logits
+    from kotune.inference.model_runtimes import BatchPredictor, batch_predictor
+    from kotune.inference.predict import predict_logits
 
     cfg = compose([*DEMO, f"checkpoint={demo['run']}", f"cache_dir={demo['cache']}", "predict.batch_tokens=96"])
     b = build(cfg, ("validation",))

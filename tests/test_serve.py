@@ -56,7 +56,7 @@ def test_onnx_logits_equal_kotunes_on_the_demo_dev_set_and_int8_agrees(demo):
     from kotune.export.onnx import OnnxModel
     from kotune.loading.build import build
     from kotune.loading.built import make_collator
-    from kotune.inference.predict import BatchPredictor
+    from kotune.inference.model_runtimes import BatchPredictor
     from kotune.inference.model_runtimes import torch_forward
 
     cfg = compose([*DEMO, f"checkpoint={demo['root'] / 'train'}", f"cache_dir={demo['cache']}"])

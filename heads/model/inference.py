@@ -1,7 +1,7 @@
 """Where and how a model answers at inference (``predict.device``, ``predict.precision``,
 ``predict.batch_tokens``), and the one forward every inference path runs a torch model through:
 action=serve and ``kotune.load`` (kotune/inference/model_runtimes.py's torch forward, a native export's), action=rerank,
-predict and eval run outside Trainer (kotune/inference/predict.py's BatchPredictor), action=embed and a
+predict and eval run outside Trainer (kotune/inference/model_runtimes.py's BatchPredictor), action=embed and a
 bi-encoder's vectors (heads/model/embed.py) and the distillation teacher's logits
 (heads/distill/teacher_cache.py): all of them call :meth:`Inference.forward`, so none can forget the
 device. The model is moved once (:meth:`Inference.place`), each batch's inputs are moved in the
@@ -129,6 +129,23 @@ def row_size(row: dict) -> tuple[int, int]:
     if len(ids) and isinstance(ids[0], (list, tuple, np.ndarray)):
         return len(ids), max(len(w) for w in ids)
     return 1, len(ids)
+
+
+def row_sizes(rows) -> list[tuple[int, int]]:
+    """Each row's (sequences, longest) for a token budget (:func:`row_size`): from the token column
+    alone where the rows are a ``datasets.Dataset`` (pyarrow's list lengths; a document of windows per
+    row read row by row), else row by row. Training's budgeted batches and prediction's read it."""
+    if getattr(rows, "column_names", None) is None:
+        return [row_size(rows[i]) for i in range(len(rows))]
+    import pyarrow.compute as pc
+
+    column = next((c for c in ("input_ids", "attention_mask") if c in rows.column_names), None)
+    if column is None:
+        return [(1, 1)] * len(rows)
+    table = rows.with_format("arrow")[column]
+    if str(table.type).startswith("list<item: list"):  # windows: a document per row
+        return [row_size({column: row}) for row in rows.with_format(None)[column]]
+    return [(1, int(n)) for n in pc.list_value_length(table).to_numpy(zero_copy_only=False)]
 
 
 def token_batches(sizes: Iterable[tuple[int, int]], batch_tokens: int | None, batch_size: int,

@@ -59,7 +59,8 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     positive = None if labels is None else rerank.positive_label(labels, options.get("positive_label"))
     score = "the regression value" if labels is None else f"the probability of label {positive}"
     log(f"reranking {len(candidates)} candidates for {len(queries)} queries: the score is {score}")
-    from kotune.inference.predict import inference_report, predict_logits
+    from kotune.inference.model_runtimes import inference_report
+    from kotune.inference.predict import predict_logits
 
     started, records = time.perf_counter(), []
     for query in queries:  # one query's pairs at a time: memory bounded by the candidate file

@@ -153,12 +153,12 @@ def load_native(path: str, task) -> tuple[NativeModel, Any]:
 
 def native_predictor(path: str, overrides: list[str]):
     """``action=serve``'s predictor over the native export at ``path``."""
-    from kotune.calibration import abstention
     from kotune.loading.built import Built
     from kotune.loading.reconcile import task_for_checkpoint
-    from kotune.inference.predict import batch_predictor
+    from kotune.inference.model_runtimes import batch_predictor
     from kotune.serving.app import Predictor, servable
     from tasks import build_task
+    from tasks.abstention import checked_threshold
     from tasks.base import EncodeSettings
 
     checked_native_export(path)
@@ -176,7 +176,7 @@ def native_predictor(path: str, overrides: list[str]):
     predictor = Predictor.__new__(Predictor)  # serving's predictor, over a model it did not build
     predictor.b = Built(task, {}, tokenizer, model, {}, max_length)
     predictor.b.settings = EncodeSettings(max_length=max_length, token_type_ids=meta["token_type_ids"])
-    predictor.threshold = abstention.min_confidence(cfg, task)  # predict.min_confidence, as Predictor.__init__ keeps it
+    predictor.b.min_confidence = checked_threshold((cfg.get("predict") or {}).get("min_confidence"), task)
     predictor.runtime = model.runtime
     predictor.batches = batch_predictor(cfg, model, tokenizer)  # predict.device, precision, batch_tokens
     return predictor

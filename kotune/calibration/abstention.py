@@ -11,50 +11,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from omegaconf import DictConfig
-
-from tasks.abstention import (ABSTAIN, abstains, area_under_curve, checked_threshold, coverage, risk,
-                              risk_coverage_curve, thin)
+from tasks.abstention import abstains, area_under_curve, coverage, risk, risk_coverage_curve, thin
 
 PLOT = "risk_coverage.png"
 REPORT_FIELDS = ("min_confidence", "n", "answered", "coverage", "accuracy", "risk", "metrics", "aurc", "curve",
                  "plot")
 
 
-def min_confidence(cfg: DictConfig, task) -> float | None:
-    """The threshold set (None: off), checked: a number in [0, 1], for a task that can abstain."""
-    return checked_threshold((cfg.get("predict") or {}).get("min_confidence"), task)
-
-
-def abstained(p: float | None, task, outputs: list[Any]) -> list[bool] | None:
-    """Per output, whether it abstains under the threshold ``p`` (:func:`min_confidence`); None when off."""
-    if p is None:
-        return None
-    return abstains([conf for _, conf in task.top_predictions(outputs)], p)
-
-
-def mark(records: list[dict], flags: list[bool] | None) -> list[dict]:
-    """The records with ``abstained`` (after ``prediction``); an abstained one's prediction is
-    "abstain" and the model's label moves to ``model_prediction``."""
-    if flags is None:
-        return records
-    out = []
-    for record, flag in zip(records, flags):
-        new = {}
-        for key, value in record.items():
-            if key == "prediction" and flag:
-                new.update(prediction=ABSTAIN, model_prediction=value)
-            else:
-                new[key] = value
-            if key == "prediction":
-                new["abstained"] = flag
-        out.append(new)
-    return out
-
-
 def report(p: float | None, task, outputs: list[Any], examples: list[dict], scored: bool,
            run_dir: str | None) -> dict | None:
-    """results.json's ``abstention`` under the threshold ``p`` (:func:`min_confidence`; None: off,
+    """results.json's ``abstention`` under the threshold ``p`` (``Built.min_confidence``; None: off,
     and so is the entry): every field always present, None where it does not apply (no gold
     labels: no accuracy, curve or plot)."""
     if p is None:

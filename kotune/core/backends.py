@@ -60,7 +60,7 @@ class Runtime:
 
     registered_name: ClassVar[str]  # set by kotune.register_runtime
     # the batches run through transformers' Trainer (a torch module with kotune's forward); else a
-    # BatchPredictor runs forward(model) (kotune/inference/predict.py)
+    # BatchPredictor runs forward(model) (kotune/inference/model_runtimes.py)
     trainer: ClassVar[bool] = False
     # a kotune model: a checkpoint's saved mode (frozen, layers, pooling, LoRA) is checked against the
     # job's (kotune/loading/build.py); an export is a plain native model, read as it is

@@ -196,7 +196,8 @@ class Distillation:
         """results.json ``distill``: the teacher (path, digest, size, its score on ``split``), the
         student's layer map, the loss settings, the logit cache."""
         from kotune.loading.reconcile import task_for_checkpoint
-        from kotune.inference.predict import batch_predictor, predict_rows
+        from kotune.inference.model_runtimes import batch_predictor
+        from kotune.inference.predict import predict_rows
         from tasks import build_task
 
         teacher = self.teacher

@@ -2,26 +2,22 @@
 restored before decoding), write predictions.jsonl, and build the results body that train, eval
 and predict share (every key always present).
 
-One path for every model: a checkpoint's batches run through ``Trainer.predict``, an ONNX export's
-(kotune/export/onnx.py) and the server's (kotune/serving/app.py) through :class:`BatchPredictor`, which gives
-what ``Trainer.predict`` gives; the task's own decoding and records serve them all."""
+One path for every model: what runs the batches (``Trainer.predict``, or a BatchPredictor for an ONNX
+export, the server and ``predict.device``/``precision``/``batch_tokens``) is chosen in
+kotune/inference/model_runtimes.py; the task's own decoding and records serve them all."""
 from __future__ import annotations
 
 import os
-import time
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig
 
 from kotune.calibration import abstention
 from kotune.loading.from_checkpoint import build_from_checkpoint
-from kotune.loading.built import Built, make_collator
-from heads.model import inference
-from heads.model.inference import row_size, token_batches
-from kotune.devices import is_rank_zero, local_rank_zero_first, world_size
-from kotune.inference.model_runtimes import batch_forward, runtime_of
-from tasks.base import IGNORE
+from kotune.loading.built import Built
+from kotune.devices import is_rank_zero, local_rank_zero_first
+from kotune.inference.model_runtimes import inference_report, predictor_for
+from tasks.abstention import abstained, mark
 from kotune.core.errors import ConfigError
 from kotune.core.files import write_jsonl_atomic
 from kotune.core.log import log
@@ -36,104 +32,6 @@ REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "n_select", "
                "class_weights",
                "calibration", "distill", "setfit",
                "decision", "abstention", "inference", "predictions_file", "metrics", "data")
-
-
-def concat_padded(parts: list) -> Any:
-    """Batch outputs as one array per output, as ``Trainer.predict`` joins them: rows stacked, a
-    token axis (axis 1) that differs between batches padded with -100 (decoders read real slots only)."""
-    if isinstance(parts[0], tuple):
-        return tuple(concat_padded([p[k] for p in parts]) for k in range(len(parts[0])))
-    parts = [np.asarray(p) for p in parts]
-    if all(p.shape[1:] == parts[0].shape[1:] for p in parts):
-        return np.concatenate(parts)
-    out = np.full((sum(len(p) for p in parts), max(p.shape[1] for p in parts), *parts[0].shape[2:]), IGNORE,
-                  dtype=parts[0].dtype)
-    row = 0
-    for p in parts:
-        out[row:row + len(p), : p.shape[1]] = p
-        row += len(p)
-    return out
-
-
-class BatchPredictor:
-    """``Trainer.predict`` for a model Trainer does not run: rows in the order given, ``batch_size``
-    at a time (or, with ``batch_tokens``, as many as keep rows × padded length within it: a long
-    request is split, never one batch past the budget), padded by the training collator, through
-    ``forward`` (a padded batch → logits)."""
-
-    def __init__(self, forward: Callable[[dict], Any], batch_size: int, collator, batch_tokens: int | None = None):
-        self.forward, self.batch_size, self.collator = forward, max(1, int(batch_size)), collator
-        self.batch_tokens = batch_tokens
-        self.inference: inference.Inference | None = None  # set by batch_predictor: reported, not read
-
-    def predict(self, rows):
-        from transformers.trainer_utils import PredictionOutput
-
-        started, parts = time.perf_counter(), []
-        sizes = row_sizes(rows) if self.batch_tokens else [(1, 1)] * len(rows)  # no budget: batch_size rows
-        for batch in token_batches(sizes, self.batch_tokens, self.batch_size, getattr(self.collator, "multiple", 1)):
-            parts.append(self.forward(self.collator([rows[i] for i in batch])))  # rows read a batch at a time
-        speed = len(rows) / max(time.perf_counter() - started, 1e-9)
-        return PredictionOutput(predictions=concat_padded(parts), label_ids=None,
-                                metrics={"test_samples_per_second": speed})
-
-
-def row_sizes(rows) -> list[tuple[int, int]]:
-    """Each row's (sequences, longest) for the token budget: from the token column alone where the rows
-    are a ``datasets.Dataset`` (training's budget reads it so: kotune/training/token_budget.py), else row by row."""
-    if getattr(rows, "column_names", None) is not None:
-        from kotune.training.token_budget import feature_sizes
-
-        return feature_sizes(rows)
-    return [row_size(rows[i]) for i in range(len(rows))]
-
-
-def batch_predictor(cfg: DictConfig, model, tokenizer) -> BatchPredictor:
-    """The job's :class:`BatchPredictor` over ``model``: its runtime's forward on ``predict.device`` and
-    ``predict.precision`` (heads/model/inference.py), ``train.eval_batch_size`` rows or
-    ``predict.batch_tokens`` tokens a batch. Serve, ``kotune.load``, rerank and the teacher's score use it."""
-    options, chosen = cfg.get("predict") or {}, inference.of(cfg)
-    predictor = BatchPredictor(batch_forward(model, chosen), int(cfg.train.eval_batch_size),
-                               make_collator(tokenizer, cfg), inference.check_batch_tokens(options.get("batch_tokens")))
-    predictor.inference = chosen
-    return predictor
-
-
-def inference_report(model, predictor) -> dict:
-    """Where the batches ran (results.json ``inference``, serve's /health): the device, precision and
-    token budget; an ONNX export's execution provider; ``trainer`` when Trainer ran them."""
-    if not isinstance(predictor, BatchPredictor):  # Trainer: train.* (bf16, fp16, use_cpu) decide
-        args = predictor.args
-        precision = "bf16" if args.bf16_full_eval else "fp16" if args.fp16_full_eval else "fp32"
-        return {"device": str(args.device), "precision": precision, "batch_tokens": None, "provider": None,
-                "runner": "trainer"}
-    chosen = predictor.inference or inference.Inference()
-    return {**chosen.describe(), "batch_tokens": predictor.batch_tokens,
-            "provider": getattr(model, "provider", None), "runner": "kotune"}
-
-
-def outside_trainer(cfg: DictConfig) -> bool:
-    """Whether a checkpoint's eval/predict runs through :func:`batch_predictor` rather than Trainer:
-    when ``predict.device``, ``precision`` or ``batch_tokens`` is set (Trainer reads train.*). One
-    process: under torchrun they are refused in one line."""
-    options = cfg.get("predict") or {}
-    chosen = [f"predict.{k}={options.get(k)}" for k, default in (("device", "auto"), ("precision", "fp32"),
-                                                                  ("batch_tokens", None))
-              if options.get(k, default) not in (default, None)]
-    if chosen and world_size() > 1:
-        raise ConfigError(f"{', '.join(chosen)}: set for one process; under torchrun evaluation runs in "
-                          "Trainer on every rank (leave predict.device, precision and batch_tokens unset)")
-    return bool(chosen)
-
-
-def predictor_for(cfg: DictConfig, b: Built, run_dir: str):
-    """What runs the batches, as the model's runtime says (kotune/inference/model_runtimes.py): Trainer for a
-    checkpoint (unless :func:`outside_trainer`), :class:`BatchPredictor` for an ONNX export."""
-    if not runtime_of(b.model).trainer or outside_trainer(cfg):
-        return batch_predictor(cfg, b.model, b.tokenizer)
-    from kotune.training.trainer import prediction_trainer  # transformers' Trainer: loaded once a model is to run
-
-    return prediction_trainer(cfg, b, run_dir)
 
 
 def predict_rows(predictor, task, features, inputs, examples: list[dict]) -> tuple[list, dict]:
@@ -173,12 +71,12 @@ def fit_decision(trainer, b: Built) -> None:
     b.model.meta.setdefault("task_options", {}).update(b.task.fitted_options())
 
 
-def write_predictions(run_dir: str, b: Built, split: str, outputs: list, abstained: list | None = None) -> str:
-    """predictions.jsonl in input order, plus the task's own files (QA: predictions.json);
-    ``abstained``: per row, whether it abstains (predict.min_confidence: kotune/calibration/abstention.py)."""
+def write_predictions(run_dir: str, b: Built, split: str, outputs: list) -> str:
+    """predictions.jsonl in input order, each record marked abstained or not where
+    predict.min_confidence is set (tasks/abstention.py), plus the task's own files (QA: predictions.json)."""
     path = os.path.join(run_dir, "predictions.jsonl")
     records = b.task.prediction_records(outputs, b.splits[split].examples)
-    write_jsonl_atomic(path, abstention.mark(records, abstained))
+    write_jsonl_atomic(path, mark(records, abstained(b.min_confidence, b.task, outputs)))
     b.task.write_outputs(run_dir, outputs, b.splits[split].examples)
     return path
 
@@ -187,7 +85,7 @@ def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: lis
     """The one results.json body of train, eval and predict: every key always present (None where
     it does not apply), so tables can be built over any mix of runs."""
     log(b.model.describe())
-    scored, threshold = split == "validation", abstention.min_confidence(cfg, b.task)
+    scored = split == "validation"
     report = dict.fromkeys(REPORT_KEYS)
     report.update(
         {f"n_{'eval' if s == 'validation' else s}": len(d.examples) for s, d in b.splits.items()},
@@ -198,11 +96,10 @@ def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: lis
         class_weights=b.class_weights, decision=b.task.decision(),
         metrics=b.task.score(outputs, b.splits[split].examples) if scored else {},
         data={s: d.source for s, d in b.splits.items()},
-        abstention=abstention.report(threshold, b.task, outputs, b.splits[split].examples, scored,
+        abstention=abstention.report(b.min_confidence, b.task, outputs, b.splits[split].examples, scored,
                                      run_dir if is_rank_zero() else None))
     if (cfg.save_predictions or split == "predict") and is_rank_zero():
-        report["predictions_file"] = write_predictions(run_dir, b, split, outputs,
-                                                       abstention.abstained(threshold, b.task, outputs))
+        report["predictions_file"] = write_predictions(run_dir, b, split, outputs)
     report.update(extra)
     unknown = set(report) - set(REPORT_KEYS)
     assert not unknown, f"results keys outside REPORT_KEYS: {unknown}"  # one schema for every action

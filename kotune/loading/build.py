@@ -80,7 +80,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     if cfg.get("checkpoint") and not new_head:
         return build_from_checkpoint(cfg, need, onnx, calibrate_share)
     task = build_task(cfg.task)
-    checked_threshold((cfg.get("predict") or {}).get("min_confidence"), task)  # refused before any work
+    threshold = checked_threshold((cfg.get("predict") or {}).get("min_confidence"), task)  # refused before any work
     if cfg.get("checkpoint"):  # action=probe: a new head on the checkpoint's encoder
         use_saved_columns(task, read_spec(cfg.checkpoint).get("meta") or {}, cfg.checkpoint)
     splits = load_splits(task, cfg.data, need, int(cfg.train.seed), calibrate_share)
@@ -115,6 +115,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
     built = encode_splits(task, splits, model, loaded.tokenizer, settings, cfg.cache_dir)
     built.class_weights = apply_class_weights(cfg, model, task.labels, built.features.get("train"), fresh_head=True)
+    built.min_confidence = threshold
     cache = frozen_cache_settings(cfg)
     if cache is not None:
         use_frozen_cache(built, cache)

@@ -75,6 +75,7 @@ class Built:
         # what Trainer reads per split: the model columns, or with them cached frozen states
         self.inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
         self.cache_report: dict = {}
+        self.min_confidence: float | None = None  # predict.min_confidence, checked (tasks/abstention.py); None: off
         self.settings: EncodeSettings | None = None  # set by assemble(): how new text is encoded (action=serve)
 
 

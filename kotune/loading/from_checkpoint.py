@@ -12,7 +12,6 @@ from kotune.devices import seed_everything
 from kotune.loading.built import Built, Encoder, encode_splits, use_frozen_cache
 from kotune.loading.checkpoint import Checkpoint, checkpoint_model_dir, read_checkpoint
 from kotune.loading.reconcile import Reading, checkpoint_length, reconcile
-from kotune.training.weighting import saved_class_weights
 from tasks import build_task
 from tasks.abstention import checked_threshold
 from tasks.splits import load_splits, require_data_files
@@ -25,24 +24,26 @@ def build_from_checkpoint(cfg: DictConfig, need: tuple[str, ...], onnx: bool = F
     out for ``train.calibrate`` (a checkpoint's continued training)."""
     task = build_task(cfg.task)
     # mistakes in the options, the checkpoint's path or the data: one line before torch and the model load
-    checked_threshold((cfg.get("predict") or {}).get("min_confidence"), task)
+    threshold = checked_threshold((cfg.get("predict") or {}).get("min_confidence"), task)
     path = str(cfg.checkpoint)
     if not (onnx and is_export(path)):
         checkpoint_model_dir(path)
     require_data_files(cfg.data, need)
     seed_everything(int(cfg.train.seed))
     checkpoint = read_checkpoint(path, onnx_settings(cfg) if onnx else None)
-    return built_from(checkpoint, reconcile(cfg, checkpoint, task, need, calibrate_share))
+    built = built_from(checkpoint, reconcile(cfg, checkpoint, task, need, calibrate_share))
+    built.min_confidence = threshold
+    return built
 
 
 def built_from(checkpoint: Checkpoint, reading: Reading) -> Built:
     """The job built from its checkpoint as reconciled: the splits read as the checkpoint's task
-    reads them, encoded for its model; the class weights it was trained with (``train.class_weights``
-    applies to training); in frozen mode, the feature cache."""
+    reads them, encoded for its model; the class weights it was trained with; in frozen mode, the
+    feature cache."""
     splits = load_splits(reading.task, reading.data, reading.need, reading.seed, reading.calibrate_share)
     built = encode_splits(reading.task, splits, checkpoint.model, checkpoint.tokenizer, reading.settings,
                           reading.cache_dir)
-    built.class_weights = saved_class_weights(checkpoint.model, reading.task.labels, reading.class_weights_asked)
+    built.class_weights = reading.class_weights
     if reading.frozen_cache is not None:
         use_frozen_cache(built, reading.frozen_cache)
     return built

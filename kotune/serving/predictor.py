@@ -18,11 +18,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from kotune.calibration import abstention
 from kotune.loading.from_checkpoint import build_from_checkpoint
-from kotune.inference.predict import batch_predictor, concat_padded, inference_report, predict_rows, row_sizes
-from heads.model.inference import token_batches
+from kotune.inference.model_runtimes import batch_predictor, concat_padded, inference_report
+from kotune.inference.predict import predict_rows
+from heads.model.inference import row_sizes, token_batches
 from tasks import build_task
+from tasks.abstention import abstained, mark
 from kotune.core.errors import ConfigError
 
 
@@ -58,8 +59,6 @@ class Predictor:
     def __init__(self, cfg: DictConfig):
         servable(build_task(cfg.task))
         self.b = build_from_checkpoint(cfg, (), onnx=True)
-        # predict.min_confidence: abstained answers (kotune/calibration/abstention.py), checked once
-        self.threshold = abstention.min_confidence(cfg, self.b.task)
         servable(self.b.task)
         self.runtime = str(self.b.model.runtime)  # torch (a checkpoint), onnxruntime (an ONNX export): kotune/inference/model_runtimes.py
         # predict.device / precision / batch_tokens: the one forward every inference path runs (heads/model/inference.py)
@@ -82,8 +81,8 @@ class Predictor:
     def records(self, examples: list[dict], features, outputs: list, lengths: bool) -> list[dict]:
         """The decoded outputs as records without ids (abstained where predict.min_confidence says)."""
         task = self.b.task
-        flags = abstention.abstained(self.threshold, task, outputs)  # predict.min_confidence, else None
-        records = abstention.mark(task.prediction_records(outputs, examples), flags)
+        flags = abstained(self.b.min_confidence, task, outputs)  # predict.min_confidence, else None
+        records = mark(task.prediction_records(outputs, examples), flags)
         records = [{k: v for k, v in r.items() if k != "id"} for r in records]
         if lengths:
             for record, note in zip(records, self.lengths(features, examples)):
@@ -108,7 +107,7 @@ class Predictor:
         features, inputs = self.encoded(examples)
         order = length_order(features)
         rows = in_order(inputs, order)
-        # the cuts of BatchPredictor.predict (kotune/inference/predict.py): rows, or rows × padded length within the budget
+        # the cuts of BatchPredictor.predict (kotune/inference/model_runtimes.py): rows, or rows × padded length within the budget
         sizes = row_sizes(rows) if runner.batch_tokens else [(1, 1)] * len(rows)
         cuts = token_batches(sizes, runner.batch_tokens, runner.batch_size, getattr(runner.collator, "multiple", 1))
         calls = [runner.collator([rows[i] for i in cut]) for cut in cuts]

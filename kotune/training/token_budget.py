@@ -11,22 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from heads.model.inference import row_size, token_batches
+from heads.model.inference import row_sizes, token_batches
 from kotune.core.log import log
-
-
-def feature_sizes(features) -> list[tuple[int, int]]:
-    """(sequences, longest) of every row of a features table: pyarrow's list lengths for plain rows,
-    each row read for documents of windows."""
-    import pyarrow.compute as pc
-
-    column = next((c for c in ("input_ids", "attention_mask") if c in features.column_names), None)
-    if column is None:
-        return [(1, 1)] * len(features)
-    table = features.with_format("arrow")[column]
-    if str(table.type).startswith("list<item: list"):  # windows: a document per row
-        return [row_size({column: row}) for row in features.with_format(None)[column]]
-    return [(1, int(n)) for n in pc.list_value_length(table).to_numpy(zero_copy_only=False)]
 
 
 class TokenBudgetBatches(torch.utils.data.Sampler):
@@ -76,7 +62,7 @@ def train_dataloader(trainer, batch_tokens: int):
 
     args = trainer.args
     seed = args.data_seed if args.data_seed is not None else args.seed
-    batches = TokenBudgetBatches(feature_sizes(trainer.train_dataset), batch_tokens, seed,
+    batches = TokenBudgetBatches(row_sizes(trainer.train_dataset), batch_tokens, seed,
                                  getattr(trainer.data_collator, "multiple", 1), args.world_size, args.process_index)
     log(f"train.batch_tokens={batch_tokens}: {len(batches)} batches an epoch, "
         f"{len(trainer.train_dataset) / (len(batches) * args.world_size):.1f} rows a batch on average "

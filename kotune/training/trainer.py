@@ -235,9 +235,10 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
     batch_tokens = cfg.train.get("batch_tokens")
     if train is not None:
         if batch_tokens:  # the token-budget cut decides the batches (kotune/training/token_budget.py)
-            from kotune.training.token_budget import TokenBudgetBatches, feature_sizes
+            from heads.model.inference import row_sizes
+            from kotune.training.token_budget import TokenBudgetBatches
 
-            batches = len(TokenBudgetBatches(feature_sizes(b.inputs["train"]), int(batch_tokens), 0,
+            batches = len(TokenBudgetBatches(row_sizes(b.inputs["train"]), int(batch_tokens), 0,
                                              pad_multiple(cfg.train), world_size())) * world_size()
         else:
             batches = math.ceil(len(train) / int(cfg.train.batch_size))
