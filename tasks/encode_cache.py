@@ -32,12 +32,14 @@ ENCODE_VERSION = 1  # bump when an encoder's output changes, to invalidate cache
 
 
 def encode_cached(task: Task, examples: list[dict], tokenizer, settings: EncodeSettings,
-                  cache_dir: str | None):
-    """Tokenize once: features are stored on disk keyed by examples, tokenizer and settings."""
+                  cache_dir: str | None, tokenizer_key: str | None = None):
+    """Tokenize once: features are stored on disk keyed by examples, tokenizer and settings.
+    ``tokenizer_key``: the tokenizer's :func:`tokenizer_fingerprint`, where the caller has it (one per
+    build, not one per split: it serialises the whole vocabulary)."""
     import datasets
 
     key = fingerprint({"v": ENCODE_VERSION, "task": type(task).__name__, "encode": task.encode_key(), "labels": task.labels,
-                       "examples": fingerprint(examples), "tok": tokenizer_fingerprint(tokenizer),
+                       "examples": fingerprint(examples), "tok": tokenizer_key or tokenizer_fingerprint(tokenizer),
                        "settings": settings.__dict__})[:24]
     path = os.path.join(cache_dir, "features", f"{task.name}-{key}") if cache_dir else None
     if path and os.path.exists(os.path.join(path, "dataset_info.json")):

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from kotune.devices import pad_multiple
 from tasks.base import EncodeSettings, Task
-from tasks.encode_cache import encode_cached
+from tasks.encode_cache import encode_cached, tokenizer_fingerprint
 from tasks.splits import Split
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
@@ -76,7 +76,8 @@ class Built:
         self.inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
         self.cache_report: dict = {}
         self.min_confidence: float | None = None  # predict.min_confidence, checked (tasks/abstention.py); None: off
-        self.settings: EncodeSettings | None = None  # set by assemble(): how new text is encoded (action=serve)
+        self.settings: EncodeSettings | None = None  # set by encode_splits: how new text is encoded (action=serve)
+        self.tokenizer_key: str | None = None  # the tokenizer's fingerprint (tasks/encode_cache.py), set by encode_splits
 
 
 def encode_splits(task: Task, splits: dict[str, Split], model, tokenizer, settings: EncodeSettings,
@@ -84,12 +85,12 @@ def encode_splits(task: Task, splits: dict[str, Split], model, tokenizer, settin
     """The splits encoded for ``model`` (cached by content in ``cache_dir``: tasks/encode_cache.py),
     as one :class:`Built`; the caller adds class weights and, in frozen mode, the feature cache."""
     model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/model/windows.py)
-    features = {}
+    features, tokenizer_key = {}, tokenizer_fingerprint(tokenizer)
     for split, data in splits.items():
         log(f"encoding {split}: {len(data.examples)} examples")
-        features[split] = encode_cached(task, data.examples, tokenizer, settings, cache_dir)
+        features[split] = encode_cached(task, data.examples, tokenizer, settings, cache_dir, tokenizer_key)
     built = Built(task, splits, tokenizer, model, features, settings.max_length)
-    built.settings = settings
+    built.settings, built.tokenizer_key = settings, tokenizer_key
     return built
 
 
@@ -109,11 +110,10 @@ def use_frozen_cache(b: Built, settings) -> None:
     """``mode.cache``: encode each split once with the frozen encoder; Trainer then reads the
     stored states (heads/model/feature_cache.py)."""
     from heads.model.feature_cache import cached_inputs
-    from tasks.encode_cache import tokenizer_fingerprint
 
     if b.task.windows is not None:
         raise ConfigError("task.long_text=windows: a document is several windows, and the frozen feature cache "
                           "(mode.cache, which action=probe reads) stores one sequence per row; set mode.cache=false")
-    identity = {"model": b.model.meta.get("model"), "tokenizer": tokenizer_fingerprint(b.tokenizer),
+    identity = {"model": b.model.meta.get("model"), "tokenizer": b.tokenizer_key,
                 "max_length": b.max_length}
     b.inputs, b.cache_report = cached_inputs(b.model, b.inputs, identity, settings, name=b.task.name)
