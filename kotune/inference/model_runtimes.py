@@ -175,8 +175,8 @@ def outside_trainer(cfg: DictConfig) -> bool:
 
 
 def predictor_for(cfg: DictConfig, b: Built, run_dir: str):
-    """What runs the batches, as the model's runtime says (kotune/inference/model_runtimes.py): Trainer for a
-    checkpoint (unless :func:`outside_trainer`), :class:`BatchPredictor` for an ONNX export."""
+    """What runs the batches, as the model's runtime says: Trainer for a checkpoint (unless
+    :func:`outside_trainer`), :class:`BatchPredictor` for an ONNX export."""
     if not runtime_of(b.model).trainer or outside_trainer(cfg):
         return batch_predictor(cfg, b.model, b.tokenizer)
     from kotune.training.trainer import prediction_trainer  # transformers' Trainer: loaded once a model is to run
