@@ -208,8 +208,9 @@ def test_the_server_answers_64_concurrent_requests_as_predict_does(demo, served)
             assert stats["requests"] == N_REQUESTS and stats["texts"] == N_REQUESTS
             assert 1 < stats["largest_batch"] <= 32 and stats["batches"] < N_REQUESTS  # requests were batched
             assert stats["model_calls"] >= stats["batches"] and stats["largest_call_tokens"] > 0
-            if budget:
+            if budget:  # requests joined while their tokens fit: the calls' padded tokens, all within it
                 assert stats["batch_tokens"] == 512 and stats["largest_call_tokens"] <= 512, stats
+                assert 0 < stats["call_tokens"] <= 512 * stats["model_calls"] and stats["closed_on_tokens"] >= 0, stats
             for sent, status in BAD:
                 r = client.post(f"{url}/predict", **sent)
                 assert r.status_code == status, (sent, r.text)

@@ -2,9 +2,11 @@
 kotune/serving/predictor.py), in-process on the CPU: the next batch is tokenized and padded while the
 model runs the current one (a fake forward that waits for that, and fails the test without it), a
 request whose client is gone after its batch was prepared is not run, a batch that fails in any stage
-fails only its bad request; with the tiny model, ``predict.batch_tokens`` cuts every model call the
-server makes within rows × padded length, a request longer than the budget is split over several
-calls, and every answer, in request order, is the one-at-a-time answer."""
+fails only its bad request; with ``predict.batch_tokens`` queued requests are joined in arrival order
+while their tokens fit it (one model call a batch), a request that cannot be sized runs and fails
+alone; with the tiny model, every model call the server makes is within rows × padded length, a
+request longer than the budget is a batch alone split over several calls, and every answer, in
+request order, is the one-at-a-time answer."""
 from __future__ import annotations
 
 import asyncio
@@ -28,6 +30,12 @@ class Staged:
     on_compute: object = None
     log: list = field(default_factory=list)
     prepared: list = field(default_factory=list)  # batches prepared, in order (their texts)
+    batch_tokens: int | None = None  # set: the batcher joins requests by sizes() (a row per text, its length)
+
+    def sizes(self, examples):
+        if any(e["text"] == "bad-prepare" for e in examples):  # what cannot be tokenized cannot be sized
+            raise ValueError("cannot tokenize")
+        return [(1, len(e["text"])) for e in examples]
 
     def prepare(self, examples):
         self.log.append(("prepare", threading.current_thread().name, [e["text"] for e in examples]))
@@ -126,6 +134,26 @@ def test_a_batch_failing_in_any_stage_fails_only_the_bad_request(stage):
     assert batcher.stats["failed_items"] == 1
 
 
+def test_queued_requests_are_joined_by_tokens_in_arrival_order_and_one_that_cannot_be_sized_fails_alone():
+    """A budget of 40 and texts of 10 (a row each): four requests a batch, in the order they came; a
+    request that cannot be tokenized closes the batch before it, runs alone and fails alone;
+    serve.max_batch_size still caps the texts of a batch under a budget it does not reach."""
+    from kotune.serving.requests import ItemFailed
+
+    texts = [f"text-{i:05d}" for i in range(9)]
+    requests = [[t] for t in texts[:6]] + [["bad-prepare"]] + [[t] for t in texts[6:]]
+    predictor = Staged(batch_tokens=40)
+    batcher, answers = served(predictor, requests, max_batch_size=64)
+    assert predictor.prepared == [texts[:4], texts[4:6], texts[6:]]
+    assert isinstance(answers[6], ItemFailed) and batcher.stats["failed_items"] == 1
+    assert [a for i, a in enumerate(answers) if i != 6] == [[{"prediction": f"<{t.upper()}>"}] for t in texts]
+    assert batcher.stats["batches"] == 3 and batcher.stats["closed_on_tokens"] == 3
+
+    predictor = Staged(batch_tokens=1000)
+    batcher, answers = served(predictor, [[t] for t in texts[:5]], max_batch_size=2)
+    assert predictor.prepared == [texts[:2], texts[2:4], texts[4:5]] and batcher.stats["closed_on_tokens"] == 0
+
+
 # ---- the token budget, with a model ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def predictor(tmp_path_factory, cache_dir):
@@ -184,7 +212,44 @@ def test_model_calls_keep_the_token_budget_and_answers_equal_one_at_a_time(predi
     long_calls = [s for s in shapes if s[1] >= 96]
     assert len(long_calls) >= 6  # 24 texts of ~128 tokens, 2 a call at most
     assert batcher.stats["largest_call_tokens"] <= 256 and batcher.stats["model_calls"] == len(shapes)
-    assert batcher.stats["largest_batch"] > 24  # requests were joined, then cut by tokens
+    assert batcher.stats["largest_batch"] == 24  # the long request, a batch alone; the short ones joined
+    assert batcher.stats["batches"] < len(requests) - 1 and batcher.stats["call_tokens"] <= 256 * len(shapes)
+
+
+def text_of(predictor, tokens: int, word: str = "가") -> str:
+    """A text of ``tokens`` tokens with the special ones (``word``: one token in the tiny vocabulary)."""
+    text = " ".join([word] * (tokens - 2))
+    assert len(predictor.b.tokenizer(text)["input_ids"]) == tokens
+    return text
+
+
+def test_queued_requests_are_joined_into_one_call_while_their_tokens_fit_and_a_long_one_is_split_alone(predictor):
+    """Eight requests queued at once, a budget of 256 tokens (rows × padded length): four of 64 tokens
+    fill one call; the next (32) opens the second batch, three more of 32 join it; six texts of 128
+    (768 tokens) do not fit it: a batch alone, split into three calls of two; the last request is a
+    batch of its own after it. serve.max_batch_size (64 texts) would have joined them all."""
+    requests = [[text_of(predictor, 64, w)] for w in ("가", "좋다", "a", "가")]
+    requests += [[text_of(predictor, 32)], [text_of(predictor, 32, w) for w in ("좋다", "a", "가")]]
+    requests += [[text_of(predictor, 128, w) for w in ("가", "좋다", "a") * 2], [text_of(predictor, 16, "a")] * 2]
+    alone = [[predictor.answer(predictor.examples([{"text": t}]))[0] for t in r] for r in requests]
+    joined, prepare = [], predictor.prepare
+
+    def recording(examples):
+        joined.append(len(examples))
+        return prepare(examples)
+
+    predictor.prepare = recording
+    try:
+        batcher, answers = served_examples(predictor, requests, max_batch_size=64)
+    finally:
+        del predictor.prepare
+    assert all(not isinstance(a, BaseException) for a in answers), answers
+    for ours, theirs in zip(answers, alone):
+        assert same_answers(ours, theirs)
+    assert joined == [4, 4, 6, 2]  # texts a batch: the requests joined in the order they came
+    stats = batcher.stats
+    assert stats["batches"] == 4 and stats["model_calls"] == 6 and stats["closed_on_tokens"] == 3
+    assert stats["largest_call_tokens"] == 256 and stats["call_tokens"] == 256 + 128 + 3 * 256 + 32
 
 
 def served_examples(predictor, requests: list[list[str]], max_batch_size: int):

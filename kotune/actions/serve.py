@@ -40,8 +40,9 @@ def warn_if_descriptors_run_out_first(max_connections: int, reserve: int = 64) -
 
 
 def budget_note(predictor) -> str:
-    """The log's word on ``predict.batch_tokens`` (a model call's rows × padded length); a warning when
-    one text of max_length tokens alone is over it (it then runs alone, past the budget)."""
+    """The log's word on ``predict.batch_tokens`` (a joined batch's and a model call's rows × padded
+    length); a warning when one text of max_length tokens alone is over it (it then runs alone, past
+    the budget)."""
     budget = predictor.batches.batch_tokens
     if not budget:
         return ""
@@ -49,7 +50,8 @@ def budget_note(predictor) -> str:
     if budget < max_length:
         warn(f"predict.batch_tokens={budget} is under max_length={max_length}: a text longer than the budget "
              "runs alone in a model call past it; set it to max_length or more")
-    return f", model calls of up to predict.batch_tokens={budget} tokens (rows × padded length)"
+    return (f", requests joined while their tokens fit predict.batch_tokens={budget} (rows × padded length), "
+            "a longer one split over calls within it")
 
 
 def run(cfg: DictConfig, run_dir: str) -> dict:

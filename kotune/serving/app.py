@@ -1,10 +1,10 @@
 """``action=serve``'s app: the FastAPI app (``POST /predict``, ``GET /health``) in front of the
 :class:`Predictor` (kotune/serving/predictor.py: inputs → the records action=predict writes), with its
 micro-batcher (kotune/serving/batcher.py: batches of up to ``serve.max_batch_size`` texts, the first
-waiting at most ``serve.max_wait_ms``, each model call within ``predict.batch_tokens``; the next batch
-tokenized while the model runs the current one), its request checks (kotune/serving/requests.py)
-and the ASGI guard in front of it (kotune/serving/guard.py: API key, body size and time limits, a
-JSON answer for every error).
+waiting at most ``serve.max_wait_ms``, requests joined while their tokens fit ``predict.batch_tokens``
+and each model call within it; the next batch tokenized while the model runs the current one), its
+request checks (kotune/serving/requests.py) and the ASGI guard in front of it (kotune/serving/guard.py:
+API key, body size and time limits, a JSON answer for every error).
 
 A request is one input, ``{"text": "..."}`` (``text_pair`` for pair tasks, ``question`` and
 ``context`` for QA), or a list of them: ``{"inputs": [{...}, ...]}`` (for single-text tasks plain

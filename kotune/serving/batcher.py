@@ -2,6 +2,12 @@
 ``serve.max_batch_size`` texts, the first waiting at most ``serve.max_wait_ms``; a batch that fails is
 run again one text at a time, so that only the request holding the bad text fails.
 
+With ``predict.batch_tokens`` (the predictor's ``batch_tokens`` and ``sizes``), requests are joined by
+tokens too, as text-embeddings-inference's ``max_batch_tokens`` joins them: in arrival order, while the
+joined rows × their longest (padded) row stay within the budget, so that a joined batch is one model
+call; the first request that would pass it opens the next batch (nothing is reordered, nothing
+starves), and a request over the budget on its own is a batch alone, split over several calls.
+
 Two stages feed the model, so that it does not wait for tokenizing: a feeder joins a batch, then
 tokenizes and pads it on its own thread (``predict.prepare``: the batch cut into model calls of
 ``train.eval_batch_size`` rows or within ``predict.batch_tokens`` rows × padded length, a long request
@@ -17,8 +23,20 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from heads.model.inference import token_batches
 from kotune.serving.requests import ItemFailed, ShuttingDown, error_id
 from kotune.core.log import warn
+
+
+def fits(held: tuple[int, int], more: tuple[int, int], batch_tokens: int) -> bool:
+    """Whether rows of (count, longest) ``held`` and ``more`` fit one call of ``batch_tokens``: the
+    cut of every model call (heads/model/inference.py's ``token_batches``) on the two, longest first."""
+    return len(token_batches(sorted([held, more], key=lambda size: -size[1]), batch_tokens, 1)) == 1
+
+
+def rows_of(sizes: list[tuple[int, int]]) -> tuple[int, int]:
+    """(rows, longest) of a request's row sizes: what a call holding them all pads to."""
+    return sum(n for n, _ in sizes), max((length for _, length in sizes), default=0)
 
 
 def stages(predict) -> tuple:
@@ -37,17 +55,22 @@ class Batcher:
     def __init__(self, predict, max_batch_size: int, max_wait_ms: float):
         self.predict, self.max_batch, self.max_wait = predict, max(1, int(max_batch_size)), max(0.0, max_wait_ms / 1000)
         self.prepare, self.compute, self.finish = stages(predict)
+        # predict.batch_tokens, where the predictor can size a request before it is prepared: joined by tokens
+        self.sizes = getattr(predict, "sizes", None)
+        self.batch_tokens = getattr(predict, "batch_tokens", None) if callable(self.sizes) else None
         self.queue: asyncio.Queue | None = None
         self.ready: asyncio.Queue | None = None  # one prepared batch waiting for the model
         self.idle: asyncio.Event | None = None  # set while the model waits for a batch
         self.carry: tuple | None = None  # a request that did not fit the last batch: it opens the next
+        self.carry_rows: tuple[int, int] | None = None  # its (rows, longest), with predict.batch_tokens
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kotune-model")
         self.feeder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kotune-prepare")
         self.finishing: set[asyncio.Task] = set()
         self.waiting: set[asyncio.Future] = set()  # every request not yet answered
         self.closing = False
         self.stats = {"requests": 0, "texts": 0, "batches": 0, "largest_batch": 0, "model_s": 0.0,
-                      "model_calls": 0, "largest_call_tokens": 0, "prepare_s": 0.0,
+                      "model_calls": 0, "largest_call_tokens": 0, "call_tokens": 0, "closed_on_tokens": 0,
+                      "prepare_s": 0.0,
                       "dropped": 0, "failed_items": 0, "refused": 0}
 
     def enqueue(self, examples: list[dict]) -> asyncio.Future:
@@ -110,10 +133,14 @@ class Batcher:
                 return getter.result()
 
     async def _next_batch(self) -> list[tuple]:
+        """The requests of the next batch, in arrival order: up to ``serve.max_batch_size`` texts and,
+        with ``predict.batch_tokens``, while their rows × longest row fit it."""
         loop = asyncio.get_running_loop()
-        first, self.carry = self.carry, None
+        first, held, self.carry, self.carry_rows = self.carry, self.carry_rows, None, None
         while first is None or not self._live(first):
-            first = await self.queue.get()
+            first, held = await self.queue.get(), None
+        if self.batch_tokens and held is None:
+            held = await self._rows(first)
         pending, size, deadline = [first], len(first[0]), loop.time() + self.max_wait
         while size < self.max_batch:
             item = await self._get(deadline)
@@ -121,12 +148,25 @@ class Batcher:
                 break
             if not self._live(item):
                 continue
-            if size + len(item[0]) > self.max_batch:
-                self.carry = item
+            rows = await self._rows(item) if self.batch_tokens else None
+            over = rows is not None and not fits(held, rows, self.batch_tokens)
+            if over or size + len(item[0]) > self.max_batch:
+                self.carry, self.carry_rows = item, rows
+                self.stats["closed_on_tokens"] += over
                 break
             pending.append(item)
             size += len(item[0])
+            if rows is not None:
+                held = (held[0] + rows[0], max(held[1], rows[1]))
         return pending
+
+    async def _rows(self, item: tuple) -> tuple[int, int]:
+        """(rows, longest padded row) of a queued request, tokenized on the feeder's thread; one that
+        cannot be tokenized counts as over the budget: it runs alone, and fails alone."""
+        try:
+            return rows_of(await self._on(self.feeder, self.sizes, item[0]))
+        except Exception:  # noqa: BLE001 - its own batch's prepare fails it, text by text
+            return 1, self.batch_tokens + 1
 
     async def _feed(self) -> None:
         """Join a batch, prepare it on the feeder's thread, hand it over; the next batch is joined
@@ -181,6 +221,7 @@ class Batcher:
         tokens = getattr(prepared, "tokens", None) or [0]
         self.stats["model_calls"] += len(getattr(prepared, "calls", None) or [prepared])
         self.stats["largest_call_tokens"] = max(self.stats["largest_call_tokens"], *tokens)
+        self.stats["call_tokens"] += sum(tokens)
         task = asyncio.ensure_future(self._answer(pending, examples, prepared, outputs))  # decoded meanwhile
         self.finishing.add(task)
         task.add_done_callback(self.finishing.discard)
