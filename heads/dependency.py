@@ -119,10 +119,17 @@ class DependencyHead(CountedLoss):
             nn.init.xavier_uniform_(linear_term)
 
     def word_states(self, hidden_states: torch.Tensor, token_word: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T, H] → root + word states [B, 1 + W, H] (2H for first_last: the root is [CLS] twice,
-        as in KLUE-baseline's ``resize_outputs``) and which of those exist [B, 1 + W]."""
+        """[B, T, H] → root + word states [B, 1 + T, H] (2H for first_last: the root is [CLS] twice,
+        as in KLUE-baseline's ``resize_outputs``) and which of those exist [B, 1 + T]. The word axis
+        is as wide as the token axis (no word has a number past it: tasks/dp.py ``word_of_tokens``):
+        a width read from the word numbers would make the host wait on the device every step and
+        break a compiled graph; the slots past the batch's words do not exist, so they are neither
+        dependents with a gold head nor candidate heads, and the loss and the predicted words are the same."""
+        return self._word_states(hidden_states, token_word, token_word.size(1))
+
+    def _word_states(self, hidden_states: torch.Tensor, token_word: torch.Tensor,
+                     width: int) -> tuple[torch.Tensor, torch.Tensor]:
         token_word = token_word.long()
-        width = int(token_word.max().clamp(min=-1)) + 1
         words = torch.arange(width, device=token_word.device)
         member = (token_word.unsqueeze(1) == words.view(1, -1, 1)).to(hidden_states.dtype)  # [B, W, T]
         counts = member.sum(-1, keepdim=True)
@@ -155,7 +162,8 @@ class DependencyHead(CountedLoss):
         arc = dep @ self.arc_weight @ head.transpose(1, 2) + (head @ self.arc_head_bias).unsqueeze(1)  # [B, W, 1 + W]
         width = arc.size(1)
         # a candidate must exist and differ from the dependent (word k is candidate k + 1)
-        self_arc = torch.cat([torch.zeros(width, 1), torch.eye(width)], 1).bool().to(arc.device)
+        slots = torch.arange(width + 1, device=arc.device)  # made on the device: no copy from the host
+        self_arc = slots[:width, None] + 1 == slots[None, :]
         allowed = exists.unsqueeze(1) & ~self_arc
         arc = arc.float().masked_fill(~allowed, torch.finfo(torch.float32).min / 2)
         label_dep = self._with_bias(F.elu(self.label_dep(dependents)))

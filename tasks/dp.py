@@ -70,10 +70,12 @@ def pos_id(pos: str | None) -> int:
 def word_of_tokens(words: list[str], offsets: list[tuple[int, int]], special: list[bool],
                    truncated: bool) -> tuple[list[int], int]:
     """Per token the (0-based) word it belongs to, -100 for specials; and the number of words
-    before the truncation point (the rest are lost)."""
+    before the truncation point (the rest are lost). No word numbered at or past the token count
+    has a token: the head's word axis is the token axis (heads/dependency.py ``word_states``), and
+    only a sentence with three or more words without a subword could number a word past it."""
     lay = layout(words, " ")
     al = align(lay.text, offsets, special, truncated)
-    token_word = [IGNORE if s < 0 else lay.char_unit[s] for s in al.token_start]
+    token_word = [IGNORE if s < 0 or lay.char_unit[s] >= len(offsets) else lay.char_unit[s] for s in al.token_start]
     kept = sum(1 for first in lay.unit_first if first < al.char_limit)
     return token_word, kept
 
@@ -255,7 +257,8 @@ class DependencyTask(Task):
             represented = [k in has_state for k in range(n)]
             for k in range(n):
                 if not represented[k]:
-                    why = "past max_length" if k >= kept else "without a subword"
+                    why = ("past max_length" if k >= kept else "without a subword" if k < len(token_word)
+                           else "numbered past the token count")
                     lost[why] += 1
                     warnings.warn(f"word {why}", f"{ex['source']}:{ex['line'] + k}",
                                   f"sentence {ex['id']}: word {k + 1} {ex['words'][k]!r} is {why}: it gets "

@@ -24,8 +24,10 @@ import pytest
 from conftest import ROOT, SHARED, shared_path
 
 BENCH = ROOT / "bench"
-# modules the scripts share, not scripts (a script imports these, never another script)
-HELPERS = {"__init__.py", "common.py", "hate_speech.py", "jobs.py", "pretraining.py", "serving.py", "stats.py"}
+# modules the scripts share, or one script's parts (throughput_*: bench/throughput.py's), not scripts (a
+# script imports these, never another script)
+HELPERS = {"__init__.py", "common.py", "hate_speech.py", "jobs.py", "pretraining.py", "serving.py", "stats.py",
+           "throughput_data.py", "throughput_report.py", "throughput_runs.py", "throughput_science.py"}
 # script → its arguments besides --smoke; {model}: the tiny pretrained encoder, {out}: the test's
 # folder, {cache}: the session's cache, {shared}: ../shared. Every script but those in NO_SHARED reads
 # ../shared (skipped without it).

@@ -3,6 +3,7 @@ tag features, KLUE-baseline's word LSTM and init (task=dp_klue); scoring a DP ru
 (action=score) and predicting files without HEAD/DEPREL (issue 22 items 3 and 5)."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections import Counter
@@ -46,12 +47,13 @@ def test_first_last_concatenates_a_words_first_and_last_subword_and_doubles_the_
     head = dependency_head(word_pooling="first_last")
     hidden = torch.arange(2 * 8 * 16, dtype=torch.float).view(2, 8, 16)
     nodes, exists = head.word_states(hidden, TOKEN_WORD)
-    assert nodes.shape == (2, 4, 32)
+    assert nodes.shape == (2, 9, 32)  # root + as many word slots as tokens
     assert torch.equal(nodes[0, 0], torch.cat([hidden[0, 0], hidden[0, 0]]))  # root: [CLS] twice
     assert torch.equal(nodes[0, 1], torch.cat([hidden[0, 1], hidden[0, 2]]))  # word 0: tokens 1 and 2
     assert torch.equal(nodes[0, 2], torch.cat([hidden[0, 3], hidden[0, 3]]))  # one subword: first = last
     assert torch.equal(nodes[0, 3], torch.cat([hidden[0, 4], hidden[0, 6]]))
-    assert exists[1].tolist() == [True, True, True, False]
+    assert exists[1].tolist() == [True, True, True] + [False] * 6
+    assert exists[0].tolist() == [True] * 4 + [False] * 5
     first = dependency_head(word_pooling="first").word_states(hidden, TOKEN_WORD)[0]
     assert torch.equal(first[0, 3], hidden[0, 4])
 
@@ -103,8 +105,9 @@ def test_dependency_head_options_shapes_loss_and_gradients(options):
     head = dependency_head(**options)
     hidden = torch.randn(2, 8, 16, requires_grad=True)
     arc, labels = head(hidden, None, TOKEN_WORD, pos_ids=POS_IDS)
-    assert arc.shape == (2, 3, 4) and labels.shape == (2, 3, 4, 5)
+    assert arc.shape == (2, 8, 9) and labels.shape == (2, 8, 9, 5)  # a word slot per token
     assert arc[1, 0, 1] < -1e30 and arc[1, 0, 3] < -1e30  # self arc, and a word that does not exist
+    assert (arc[:, :, 4:] < -1e30).all()  # no candidate past the batch's words
     head.loss((arc, labels), GOLD_HEADS, GOLD_DEPRELS).backward()
     assert head.arc_weight.grad.abs().sum() > 0 and head.label_weight.grad.abs().sum() > 0
     if options.get("init") == "xavier":  # zero biaffine weights pass no gradient below them at step 0
@@ -116,8 +119,8 @@ def test_dependency_head_options_shapes_loss_and_gradients(options):
         assert head.lstm.decoder.weight_hh_l0.grad.abs().sum() > 0
     head.eval()
     pred_heads, pred_labels = head(hidden, None, TOKEN_WORD, pos_ids=POS_IDS)
-    assert pred_heads.shape == (2, 3) and pred_labels.shape == (2, 3)
-    assert (pred_heads != torch.arange(1, 4)).all()
+    assert pred_heads.shape == (2, 8) and pred_labels.shape == (2, 8)
+    assert (pred_heads[:, :3] != torch.arange(1, 4)).all()
 
 
 def test_lstm_states_of_a_sentence_do_not_depend_on_the_padding_of_its_batch():
@@ -125,7 +128,68 @@ def test_lstm_states_of_a_sentence_do_not_depend_on_the_padding_of_its_batch():
     hidden = torch.randn(2, 8, 16)
     alone = head(hidden[1:, :3], None, TOKEN_WORD[1:, :3], pos_ids=POS_IDS[1:, :2])
     batched = head(hidden, None, TOKEN_WORD, pos_ids=POS_IDS)
-    assert torch.equal(alone[0][0], batched[0][1, :2]) and torch.equal(alone[1][0], batched[1][1, :2])
+    assert torch.equal(alone[0][0, :2], batched[0][1, :2]) and torch.equal(alone[1][0, :2], batched[1][1, :2])
+
+
+def test_a_word_numbered_past_the_token_count_has_no_state_and_is_warned_of(capsys):
+    """The head's word axis is the token axis: a sentence whose words without a subword (here
+    zero-width spaces, which the normalizer drops) push a word's number past its 4 tokens loses
+    that word's state, with the fallback guess and a warning, as any word without a state."""
+    words = ["가", "\u200b", "\u200b", "\u200b", "\u200b", "나"]
+    ex = dp_example(words, [0, 1, 1, 1, 1, 1], ["NP"] * 6)
+    features = task("dp").encode([ex], wordpiece(["가", "나"]), EncodeSettings(max_length=64, token_type_ids=False))
+    assert features["token_word"][0] == [IGNORE, 0, IGNORE, IGNORE]  # 나 is word 5, past the 4 tokens
+    assert features["represented"][0] == [True] + [False] * 5 and features["heads"][0] == [0]
+    assert "word 6 '나' is numbered past the token count" in capsys.readouterr().out
+
+
+def words_wide(head):
+    """``head`` as it was before its word axis followed the tokens: as wide as the batch's words, a
+    width read from the word numbers (a host read, a wait on the device every step)."""
+    reference = copy.deepcopy(head)
+    reference.word_states = lambda hidden, token_word: reference._word_states(
+        hidden, token_word, int(token_word.max().clamp(min=-1)) + 1)
+    return reference
+
+
+@pytest.mark.parametrize("options", [{}, {"word_pooling": "first_last"},
+                                     {"word_pooling": "mean", "num_pos": 47, "pos_dim": 6, "init": "xavier"},
+                                     KLUE_HEAD], ids=["first", "first_last", "mean+pos+xavier", "klue"])
+def test_the_token_wide_word_axis_gives_the_loss_gradients_and_predictions_of_the_word_wide_one(options):
+    """The slots past the batch's words change nothing: the same arc and label scores where the words
+    are, the same loss and gradients (gold rows as the collator pads them, maybe wider than the
+    words) and the same predicted words. Dropout is off: its draws depend on the tensors' shapes."""
+    head = dependency_head(**options)
+    for module in head.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+    reference = words_wide(head)
+    torch.manual_seed(1)
+    hidden = torch.randn(2, 8, 16)
+    for width in (3, 5):  # the gold rows: as wide as the words, or padded past them
+        gold = [torch.nn.functional.pad(g, (0, width - 3), value=IGNORE) for g in (GOLD_HEADS, GOLD_DEPRELS)]
+        results = []
+        for model in (head.train(), reference.train()):
+            states = hidden.clone().requires_grad_()
+            scores = model(states, None, TOKEN_WORD, pos_ids=POS_IDS)
+            loss = model.loss(scores, *gold)
+            loss.backward()
+            results.append((scores, loss, states.grad))
+        (wide, wide_loss, wide_grad), (narrow, narrow_loss, narrow_grad) = results
+        assert narrow[0].shape == (2, 3, 4) and wide[0].shape == (2, 8, 9)
+        for got, expected in ((wide[0][:, :3, :4], narrow[0]), (wide[1][:, :3, :4], narrow[1]),
+                              (wide_loss, narrow_loss), (wide_grad, narrow_grad)):
+            same(got, expected)
+        with torch.no_grad():
+            wide, narrow = (model.eval()(hidden, None, TOKEN_WORD, pos_ids=POS_IDS) for model in (head, reference))
+        assert torch.equal(wide[0][:, :3], narrow[0]) and torch.equal(wide[1][:, :3], narrow[1])
+        assert torch.equal(head.loss(wide, *gold), reference.loss(narrow, *gold))
+
+
+def same(got: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal up to float32 rounding: a matrix product over more rows may sum in another order (the
+    CPU's BLAS picks its blocking by shape; measured: at most 1.2e-7 apart here, often bit-equal)."""
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
 
 
 def test_xavier_init_follows_klue_baseline_and_zero_init_starts_at_zero():

@@ -2,6 +2,7 @@
 config and overrides, results.json, the exported model card (which export.push_to_hub uploads)."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -236,3 +237,55 @@ def test_a_remembered_secret_piece_leaves_a_model_cards_front_matter_readable():
     front, _, body = masked_card(card).partition("\n---\n\n")
     assert yaml.safe_load(front.removeprefix("---\n")) == {"pipeline_tag": "question-answering", "tags": ["kotune", "qa"]}
     assert "question?mark#hashNb3" not in body and "hashNb3" not in body
+
+
+# ---- the remembered secrets are a job's -----------------------------------------------------------
+# a storage password whose piece before the '@' is a plain word: masked wherever a job that has the
+# URL logs it (a driver may name it as a host), and not in a later job of the same process
+MEADOW_STORAGE = "postgresql+psycopg://u:meadow@Xq7Zr9kT@db.example:5432/optuna"
+WITH_STORAGE = ["hparams_search=text_cls", f"hparams_search.storage='{MEADOW_STORAGE}'"]
+
+
+def api_job(tmp_path: Path, name: str, *extra: str) -> None:
+    """A tiny training through the Python API, its features cached in a folder named "meadow": a job
+    that finds them there logs ``features: reused … (<tmp_path>/meadow/features/…)``."""
+    from kotune.api import train
+
+    train("task=text_cls", "data=sample", *TINY, "save_model=false", f"cache_dir={tmp_path / 'meadow'}", *extra,
+          run_dir=str(tmp_path / name))
+
+
+def test_within_a_job_its_storage_password_and_its_pieces_stay_masked(tmp_path, capsys):
+    api_job(tmp_path, "cache")
+    capsys.readouterr()
+    api_job(tmp_path, "with-storage", *WITH_STORAGE)
+    said = capsys.readouterr().out
+    assert f"features: reused 80 cached rows ({tmp_path}{os.sep}***{os.sep}features" in said, said[-2000:]
+    assert [s for s in ("meadow", "Xq7Zr9kT") if s in said] == []
+
+
+def test_a_later_job_in_the_process_does_not_mask_an_earlier_jobs_secrets(tmp_path, capsys):
+    """Two jobs through the Python API in one process (a notebook): the first has a storage URL whose
+    password holds the word "meadow"; the second's log names the folder "meadow", unmasked."""
+    api_job(tmp_path, "with-storage", *WITH_STORAGE)
+    capsys.readouterr()
+    api_job(tmp_path, "later")
+    said = capsys.readouterr().out
+    assert f"features: reused 80 cached rows ({tmp_path / 'meadow'}{os.sep}features" in said, said[-2000:]
+    assert mask_credentials("u:meadow@Xq7Zr9kT@db") == "u:meadow@Xq7Zr9kT@db"  # nothing of the first job's is known
+
+
+def test_a_job_inside_a_job_is_the_same_job_and_one_that_raises_keeps_its_secrets():
+    from kotune.core.redact import job_secrets, remember_secrets
+
+    with job_secrets():
+        remember_secrets(["Wv4EndedSecret"])
+        with job_secrets():  # execute() under the command line's main()
+            remember_secrets(["Nn5InnerSecret"])
+        assert mask_credentials("Wv4EndedSecret Nn5InnerSecret") == "*** ***"
+    assert mask_credentials("Wv4EndedSecret Nn5InnerSecret") == "Wv4EndedSecret Nn5InnerSecret"
+    with pytest.raises(RuntimeError):  # its traceback, printed after the job, quotes the secret
+        with job_secrets():
+            remember_secrets(["Zq9RaisedSecret"])
+            raise RuntimeError("Zq9RaisedSecret")
+    assert mask_credentials("Zq9RaisedSecret") == "***"

@@ -74,6 +74,8 @@ def watched(waits: HostWaits):
     ["task=sts"],                                       # regression: counts from the shape
     ["task=multi_label"],                               # rows × labels
     ["task=ner"],                                       # tokens
+    ["task=dp"],                                        # words: the dependency head's arcs and labels
+    ["task=dp", "task.pos=true", "task.word_pooling=mean"],  # its POS features, mean-pooled words
     ["train.grad_accum=2"],                             # counts summed over micro-batches
 ])
 def test_a_training_step_never_waits_on_the_device(job, cache_dir):

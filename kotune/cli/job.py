@@ -23,7 +23,7 @@ from tasks.encode_cache import fingerprint
 from kotune.core.errors import ConfigError, KotuneError
 from kotune.core.files import write_json_atomic
 from kotune.core.log import log
-from kotune.core.redact import mask_credentials, remember_environment, remember_tree
+from kotune.core.redact import job_secrets, mask_credentials, remember_environment, remember_tree
 
 
 def versions() -> dict[str, str]:
@@ -46,7 +46,13 @@ def config_hash(cfg: DictConfig) -> str:
 
 
 def execute(cfg: DictConfig, run_dir: str) -> dict:
-    """Run ``cfg.action`` and write ``run_dir/results.json``; returns the results dict."""
+    """Run ``cfg.action`` and write ``run_dir/results.json``; returns the results dict. The secrets
+    met on the way are the job's (kotune/core/redact.py): a later job in this process does not mask them."""
+    with job_secrets():  # the API's job, or the same job as the command line's main()
+        return _execute(cfg, run_dir)
+
+
+def _execute(cfg: DictConfig, run_dir: str) -> dict:
     started = time.time()
     # the config's secrets (serve.api_key, a storage URL's password), by key: masked in every line and
     # file from here on, also where a library's error text quotes them (the API has no command line)

@@ -19,7 +19,8 @@ from tasks.encode_cache import fingerprint
 from kotune.core.errors import KotuneError
 from kotune.core.files import mask_credentials_in_file, write_text_atomic
 from kotune.core.log import log, mask_console, run_log, say
-from kotune.core.redact import mask_credentials, mask_tree, remember_environment, remember_override, remember_tree
+from kotune.core.redact import (job_secrets, mask_credentials, mask_tree, remember_environment, remember_override,
+                                 remember_tree)
 
 
 def summary(results: dict) -> str:
@@ -56,16 +57,19 @@ def main(cfg: DictConfig) -> float:
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
-    mask_hydra_files(hc)
-    quiet_libraries()
-    with run_log(os.path.join(hc.runtime.output_dir, "run.log")):  # the job's log, as the console shows it
-        results = job_results(cfg, hc)
-        path = os.path.join(hc.runtime.output_dir, "results.json")
-        if results["status"] in ("ok", "pruned"):
-            say(f"\n{summary(results)}\n  results: {path}")
-            score = results.get("main_score")
-            return float(score) if score is not None and math.isfinite(score) else worst_score(cfg)
-        say(f"error: {mask_credentials(results['error'])}", error=True)
+    # one job (a multirun's one of many in this process): the secrets it meets, from its saved config
+    # files to its last line, are masked while it runs and not in the next job's lines
+    with job_secrets():
+        mask_hydra_files(hc)
+        quiet_libraries()
+        with run_log(os.path.join(hc.runtime.output_dir, "run.log")):  # the job's log, as the console shows it
+            results = job_results(cfg, hc)
+            path = os.path.join(hc.runtime.output_dir, "results.json")
+            if results["status"] in ("ok", "pruned"):
+                say(f"\n{summary(results)}\n  results: {path}")
+                score = results.get("main_score")
+                return float(score) if score is not None and math.isfinite(score) else worst_score(cfg)
+            say(f"error: {mask_credentials(results['error'])}", error=True)
     if hc.mode == RunMode.MULTIRUN:  # let the sweep go on; a sweeper gets a finite worst score
         return worst_score(cfg)
     sys.exit(1)

@@ -5,7 +5,8 @@ like a secret (``serve.api_key``, ``*.token``, ``password``: :func:`secret_name`
 whatever the value holds (spaces, quotes, ``#``, a leading ``null``), and a storage URL
 (``hparams_search.storage``, ``hydra.sweeper.storage``: :func:`url_key`) loses its password and its
 secret query parameters (:func:`mask_url`). An override ``key=value`` is masked by its key too
-(:func:`mask_override`). The values found so are remembered (:func:`remember_secrets`), and free
+(:func:`mask_override`). The values found so are remembered (:func:`remember_secrets`; by the job that
+met them, :func:`job_secrets`, or the process, outside any job), and free
 text (a log line, a database driver's error that parsed the URL its own way and names a piece of
 the password as a host) has each remembered value masked, besides the patterns that catch what was
 never seen as a setting: a URL's ``user:pw@``, ``?password=…``, ``api_key=…`` (:func:`mask_credentials`).
@@ -16,9 +17,11 @@ SQLAlchemy's ``make_url(url).render_as_string(hide_password=True)`` covers the p
 last ``@``, as a browser does."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
@@ -51,7 +54,12 @@ JOINED_OVERRIDES = ("override_dirname",)
 _OVERRIDE = re.compile(r"([+~]{0,2})([\w.\-/@]+)(=)(.*)", re.DOTALL)
 _PIECES = re.compile(r"[@/:?#&;=]")
 
-_known: set[str] = set()  # the secret values met so far in this process (:func:`remember_secrets`)
+# The secret values met so far (:func:`remember_secrets`): a job's own while it runs (:func:`job_secrets`),
+# forgotten when it ends, so that a later job of the same process (a notebook's) shows its plain words;
+# those met outside any job (the command line's overrides, a sweep's storage) for the whole process.
+_process: set[str] = set()
+_job: set[str] | None = None
+_known: frozenset[str] = frozenset()  # both, replaced whole: a log line in another thread reads one or the other
 
 
 def secret_name(key: object) -> bool:
@@ -138,6 +146,32 @@ def _pieces(password: str) -> set[str]:
     return {password[a + 1:b] for i, a in enumerate(cuts) for b in cuts[i + 1:] if b - a - 1 >= MIN_PIECE}
 
 
+@contextlib.contextmanager
+def job_secrets() -> Iterator[None]:
+    """The secrets remembered while the block runs (a job) are masked in every line and file as long
+    as it runs, and forgotten when it ends; a block inside it is the same job. An exception leaving
+    the job keeps them: its text, printed after the job, may quote them."""
+    global _job, _known
+    if _job is not None:
+        yield
+        return
+    _job = set()
+    try:
+        yield
+    except BaseException:
+        _process.update(_job)
+        raise
+    finally:
+        _job = None
+        _known = frozenset(_process)
+
+
+def _learn(values: set[str]) -> None:
+    global _known
+    (_process if _job is None else _job).update(values)
+    _known = _known | values
+
+
 def remember_secrets(values: list[object], url: bool = False) -> None:
     """Remember secret values, to be masked wherever they appear in free text later (log lines,
     exception text). ``url``: the values are a URL's password or query values, whose pieces between
@@ -148,9 +182,7 @@ def remember_secrets(values: list[object], url: bool = False) -> None:
         text = _unquoted(str(value))[1]
         if text in ("", "null", "None", MASK):
             continue
-        _known.update(_variants(text))
-        if url:
-            _known.update(_pieces(unquote(text)))
+        _learn(_variants(text) | (_pieces(unquote(text)) if url else set()))
 
 
 def remember_override(text: str) -> None:
