@@ -41,7 +41,7 @@ def built_from(checkpoint: Checkpoint, reading: Reading) -> Built:
     applies to training); in frozen mode, the feature cache."""
     splits = load_splits(reading.task, reading.data, reading.need, reading.seed, reading.calibrate_share)
     built = encode_splits(reading.task, splits, checkpoint.model, checkpoint.tokenizer, reading.settings,
-                          reading.cache_dir)
+                          reading.cache_dir, reading.padding_free)
     built.class_weights = saved_class_weights(checkpoint.model, reading.task.labels, reading.class_weights_asked)
     if reading.frozen_cache is not None:
         use_frozen_cache(built, reading.frozen_cache)
