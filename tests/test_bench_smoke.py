@@ -48,6 +48,7 @@ SCRIPTS = {
     "multi_label": ["--model-dir", "{model}", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
     "ner_crf": ["--model-dir", "{model}", "--out", "{out}", "--cache-dir", "{cache}"],
     "ner_decode": ["--out", "{out}"],
+    "padding_free": [],
     "pretrain_compare": ["--out", "{out}", "--cache-dir", "{cache}"],
     "pretrain_gain": ["--out", "{out}", "--cache-dir", "{cache}"],
     "pretrain_rtd": ["--out", "{out}", "--cache-dir", "{cache}"],
@@ -65,7 +66,7 @@ SCRIPTS = {
 VARIANTS = {
     "label_issues:ner": ["--task", "ner", "--shared", "{shared}", "--out", "{out}", "--cache-dir", "{cache}"],
 }
-NO_SHARED = {"auprc_absent_class", "compile_speed", "label_issues", "rtd_sample_speed", "sweep_pruning"}
+NO_SHARED = {"auprc_absent_class", "compile_speed", "label_issues", "padding_free", "rtd_sample_speed", "sweep_pruning"}
 # built first: pretrain_gain's --smoke recipe and cache are the encoder's, so its pretraining is reused
 NEEDS_ENCODER = {"calibration", "class_weights", "distill", "embeddings", "few_shot", "modes", "multi_label", "ner_crf", "pretrain_gain"}
 TIMEOUT_S = 600

@@ -10,10 +10,12 @@ from heads.model.inference import Inference, resolve
 
 
 def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *, batch_size: int,
-                   inference: Inference | None = None, batch_tokens: int | None = None) -> np.ndarray:
+                   inference: Inference | None = None, batch_tokens: int | None = None,
+                   padding_free: bool = False) -> np.ndarray:
     """One vector per row: ``mode.layers`` through ``mixer``, then ``pooling`` (cls | mean), on
     ``inference``'s device and precision (None: the GPU where there is one, fp32), ``batch_size`` rows
-    or ``batch_tokens`` tokens a batch."""
+    or ``batch_tokens`` tokens a batch; ``padding_free``: each batch's real tokens packed
+    (heads/model/packing.py)."""
     from heads.model.layers import pool
 
     inference = inference or resolve()
@@ -21,7 +23,7 @@ def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *, b
     inference.place(mixer)
 
     def vectors(ids, mask, token_types):
-        return pool(mixer(mixer.states(encoder, ids, mask, token_types)), mask, pooling)
+        return pool(mixer(mixer.states(encoder, ids, mask, token_types, padding_free)), mask, pooling)
 
     out = np.zeros((len(features), int(encoder.config.hidden_size) * mixer.spec.width), dtype=np.float32)
     pad_id = getattr(encoder.config, "pad_token_id", None) or 0
@@ -32,7 +34,8 @@ def pooled_vectors(encoder: torch.nn.Module, mixer, features, pooling: str, *, b
 
 
 def token_vectors_by_layer(encoder: torch.nn.Module, features, picks: list[tuple[int, list[int]]], *,
-                           batch_size: int, inference: Inference | None = None) -> np.ndarray:
+                           batch_size: int, inference: Inference | None = None,
+                           padding_free: bool = False) -> np.ndarray:
     """For each ``(row, token indices)`` pick, the mean of those tokens' states in every layer
     (embeddings first): [len(picks), L + 1, H]."""
     from heads.model.layers import LayerMixer, parse_layers
@@ -49,7 +52,7 @@ def token_vectors_by_layer(encoder: torch.nn.Module, features, picks: list[tuple
     pad_id = getattr(encoder.config, "pad_token_id", None) or 0
 
     def all_layers(ids, mask, token_types):
-        return every_layer.states(encoder, ids, mask, token_types)
+        return every_layer.states(encoder, ids, mask, token_types, padding_free)
 
     for batch_rows, batch in iter_states(all_layers, features.select(rows), pad_token_id=pad_id,
                                          batch_size=batch_size, inference=inference,

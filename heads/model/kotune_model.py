@@ -65,6 +65,8 @@ class KotuneModel(nn.Module):
         self.frozen = frozen
         self.meta = dict(meta or {})
         self.windows = None  # task.long_text=windows: tasks.windows.WindowOptions (set by kotune.loading.build)
+        # model.padding_free: how the encoder is run, not what it holds; never saved (set_padding_free)
+        self.padding_free = False
         self.config = encoder.config  # Trainer and accelerate look for .config
         if frozen:
             self.encoder.requires_grad_(False)
@@ -130,8 +132,19 @@ class KotuneModel(nn.Module):
     def with_layers(self, layers: Any) -> "KotuneModel":
         """A new head of this kind on this model's encoder (shared, not copied), reading ``layers``
         and initialised as this model's head was (``action=probe``: one encoder, a head per choice)."""
-        return KotuneModel(self.encoder, self.head_kind, self.head_kwargs, frozen=self.frozen, meta=self.meta,
-                           layers=layers, pooler_state=self.pooler_state, lora=self.lora)
+        model = KotuneModel(self.encoder, self.head_kind, self.head_kwargs, frozen=self.frozen, meta=self.meta,
+                            layers=layers, pooler_state=self.pooler_state, lora=self.lora)
+        model.padding_free = self.padding_free  # the same encoder, run the same way
+        return model
+
+    def set_padding_free(self, on: bool) -> None:
+        """``model.padding_free``: the encoder reads each batch's real tokens packed into one row
+        (heads/model/packing.py); refused in one line where this encoder or transformers cannot."""
+        if on:
+            from heads.model.packing import check_padding_free
+
+            check_padding_free(self.encoder)
+        self.padding_free = bool(on)
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -143,7 +156,7 @@ class KotuneModel(nn.Module):
         """The encoder's fixed output for ``mode.layers``: [B, T, K, H] (what the frozen cache
         stores; K = 1 unless the scalar mix needs every layer)."""
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
-            return self.mixer.states(self.encoder, input_ids, attention_mask, token_type_ids)
+            return self.mixer.states(self.encoder, input_ids, attention_mask, token_type_ids, self.padding_free)
 
     def encode(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         """The hidden states the head reads: [B, T, H]."""

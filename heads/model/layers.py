@@ -148,11 +148,19 @@ class LayerMixer(nn.Module):
         self.scalar_mix = ScalarMix(len(spec.indices)) if spec.learned else None
 
     def states(self, encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """The fixed part: [B, T, K, H] with K = :attr:`LayerSpec.stored`."""
+               token_type_ids: torch.Tensor | None = None, padding_free: bool = False) -> torch.Tensor:
+        """The fixed part: [B, T, K, H] with K = :attr:`LayerSpec.stored`. ``padding_free``: the
+        encoder reads the real tokens packed into one row (heads/model/packing.py), every state
+        back in [B, T, H]."""
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
+        if padding_free:
+            from functools import partial
+
+            from heads.model.packing import packed_forward
+
+            encoder = partial(packed_forward, encoder)
         if self.spec.name == "last":
             return encoder(**kwargs).last_hidden_state.unsqueeze(2)
         return self.spec.select(encoder(**kwargs, output_hidden_states=True).hidden_states)

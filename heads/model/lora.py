@@ -22,6 +22,8 @@ from kotune.core.errors import ConfigError, KotuneError
 
 ADAPTER_DIR = "adapter"  # <model dir>/adapter: peft's save_pretrained (adapter_config.json, adapter_model.safetensors)
 SKIPPED_IN_DIGEST = ("pooler.",)  # a pretrained BERT's pooler moves into the sequence head (heads/native.py)
+# model options that say how the encoder runs, not what it is: no part of the base an adapter sits on
+RUNTIME_OPTIONS = ("padding_free",)
 MERGE_TOLERANCE = 1e-4  # export: largest |logit change| a merge may make (fp32 rounding is ~1e-6)
 
 
@@ -80,7 +82,7 @@ def base_record(model_cfg: dict, encoder: nn.Module, seed: int) -> dict:
     task added tokens, and a digest of its weights that a reload must match."""
     from heads.model.feature_cache import weights_digest
 
-    plain = dict(model_cfg)
+    plain = {k: v for k, v in model_cfg.items() if k not in RUNTIME_OPTIONS}
     path = plain.get("name_or_path")
     if path and os.path.isdir(os.path.expanduser(str(path))):
         plain["name_or_path"] = os.path.abspath(os.path.expanduser(str(path)))

@@ -44,8 +44,13 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     log(f"embedding {len(texts)} texts: {mixer.describe_mix()}, {pooling} pooling")
     started = time.time()
     on = inference_of(cfg)  # predict.device, predict.precision
+    padding_free = bool(cfg.model.get("padding_free"))
+    if padding_free:  # refused in one line before any batch runs
+        from heads.model.packing import check_padding_free
+
+        check_padding_free(encoder)
     vectors = pooled_vectors(encoder, mixer, features, pooling, batch_size=int(cfg.train.eval_batch_size), inference=on,
-                             batch_tokens=check_batch_tokens(cfg.predict.get("batch_tokens")))
+                             batch_tokens=check_batch_tokens(cfg.predict.get("batch_tokens")), padding_free=padding_free)
     lengths = [len(ids) for ids in features["input_ids"]]
     res = {"n_texts": len(texts), "dim": int(vectors.shape[1]), "encoder": str(source), **mixer.report(),
            "pooling": pooling, "max_length": max_length, "n_truncated": sum(truncated), "inference": on.describe(),
@@ -56,7 +61,8 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         target = str(cfg.embed.target)
         found = embed.find_target(target, texts, offsets)
         per_layer = token_vectors_by_layer(encoder, features, [(o.row, o.tokens) for o in found],
-                                           batch_size=int(cfg.train.eval_batch_size), inference=on)
+                                           batch_size=int(cfg.train.eval_batch_size), inference=on,
+                                           padding_free=padding_free)
         table = embed.cosine_by_layer(per_layer)
         for line in embed.cosine_lines(target, table):
             log(line)

@@ -38,7 +38,7 @@ def embed_features(model, features, batch_size: int, on: Inference | None = None
         vectors = onnx_vectors(model, features, batch_size, on, batch_tokens)
     else:
         vectors = pooled_vectors(model.encoder, model.mixer, features, model.head.pooling, batch_size=batch_size,
-                                 inference=on, batch_tokens=batch_tokens)
+                                 inference=on, batch_tokens=batch_tokens, padding_free=getattr(model, "padding_free", False))
     return vectors, round(len(features) / max(time.time() - started, 1e-9), 2)
 
 

@@ -113,7 +113,8 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
                         lora=lora_settings(cfg, loaded))
     check_class_weights(cfg, model, task.name, fresh_head=True)  # before anything is encoded
     settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
-    built = encode_splits(task, splits, model, loaded.tokenizer, settings, cfg.cache_dir)
+    built = encode_splits(task, splits, model, loaded.tokenizer, settings, cfg.cache_dir,
+                          bool(cfg.model.get("padding_free")))
     built.class_weights = apply_class_weights(cfg, model, task.labels, built.features.get("train"), fresh_head=True)
     built.min_confidence = threshold
     cache = frozen_cache_settings(cfg)

@@ -81,10 +81,12 @@ class Built:
 
 
 def encode_splits(task: Task, splits: dict[str, Split], model, tokenizer, settings: EncodeSettings,
-                  cache_dir: str | None) -> Built:
+                  cache_dir: str | None, padding_free: bool = False) -> Built:
     """The splits encoded for ``model`` (cached by content in ``cache_dir``: tasks/encode_cache.py),
-    as one :class:`Built`; the caller adds class weights and, in frozen mode, the feature cache."""
+    as one :class:`Built`; the caller adds class weights and, in frozen mode, the feature cache.
+    ``padding_free``: ``model.padding_free``, how the model runs its encoder (refused before any encoding)."""
     model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/model/windows.py)
+    use_padding_free(model, padding_free)
     features, tokenizer_key = {}, tokenizer_fingerprint(tokenizer)
     for split, data in splits.items():
         log(f"encoding {split}: {len(data.examples)} examples")
@@ -92,6 +94,17 @@ def encode_splits(task: Task, splits: dict[str, Split], model, tokenizer, settin
     built = Built(task, splits, tokenizer, model, features, settings.max_length)
     built.settings, built.tokenizer_key = settings, tokenizer_key
     return built
+
+
+def use_padding_free(model, on: bool) -> None:
+    """``model.padding_free`` for a kotune model (heads/model/packing.py); an export's own runtime
+    (ONNX, a native class) runs its graph as exported, and is refused in one line."""
+    if not on:
+        return
+    if not hasattr(model, "set_padding_free"):
+        raise ConfigError(f"model.padding_free=true: a {getattr(model, 'runtime', 'exported')} model runs its graph "
+                          "as exported, padded; read the kotune checkpoint instead, or set model.padding_free=false")
+    model.set_padding_free(True)
 
 
 def frozen_cache_settings(cfg: DictConfig):

@@ -42,7 +42,7 @@ def built_from(checkpoint: Checkpoint, reading: Reading) -> Built:
     feature cache."""
     splits = load_splits(reading.task, reading.data, reading.need, reading.seed, reading.calibrate_share)
     built = encode_splits(reading.task, splits, checkpoint.model, checkpoint.tokenizer, reading.settings,
-                          reading.cache_dir)
+                          reading.cache_dir, reading.padding_free)
     built.class_weights = reading.class_weights
     if reading.frozen_cache is not None:
         use_frozen_cache(built, reading.frozen_cache)

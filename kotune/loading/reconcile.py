@@ -23,7 +23,8 @@ class Reading:
     (with the checkpoint's options and columns), the encoding its model was trained with, the data
     to read (``data``, the splits ``need``ed, ``seed``, the share held out for ``train.calibrate``),
     the encoded-feature cache, the class weights the checkpoint keeps (``train.class_weights``
-    applies to training) and the frozen-feature cache's settings (None: off)."""
+    applies to training), the frozen-feature cache's settings (None: off), and ``model.padding_free``
+    (how the encoder runs, the job's choice whatever the checkpoint was trained with)."""
 
     task: Task
     settings: EncodeSettings
@@ -34,6 +35,7 @@ class Reading:
     cache_dir: str | None
     class_weights: dict | None
     frozen_cache: Any = None
+    padding_free: bool = False
 
 
 def reconcile(cfg: DictConfig, checkpoint: Checkpoint, task: Task, need: tuple[str, ...],
@@ -51,7 +53,8 @@ def reconcile(cfg: DictConfig, checkpoint: Checkpoint, task: Task, need: tuple[s
     asked = class_weight_setting(cfg.train.get("class_weights")) is not None
     return Reading(task, settings, cfg.data, tuple(need), int(cfg.train.seed), float(calibrate_share),
                    cfg.get("cache_dir"), saved_class_weights(checkpoint.class_weights, task.labels, asked),
-                   frozen_cache_settings(cfg) if cfg.mode.get("cache") and checkpoint.model.frozen else None)
+                   frozen_cache_settings(cfg) if cfg.mode.get("cache") and checkpoint.model.frozen else None,
+                   bool(cfg.model.get("padding_free")))
 
 
 def checkpoint_length(cfg: DictConfig, checkpoint: Checkpoint, warn: bool) -> int:
