@@ -367,6 +367,20 @@ def teacher_labels(run_dir: Path) -> list:
     return json.loads((run_dir / "model" / "kotune.json").read_text(encoding="utf-8"))["meta"]["labels"]
 
 
+def test_model_padding_free_runs_a_kotune_teachers_encoder_packed(teacher, cache_dir):
+    """model.padding_free=true reaches the teacher of a distillation too (a kotune run's encoder runs
+    packed, its logits unchanged: tests/test_padding_free.py), not only the student."""
+    from test_padding_free import older_transformers
+
+    from kotune.distill.teacher import Teacher
+
+    if older_transformers():
+        pytest.skip("transformers<5.25: model.padding_free is refused (tests/test_padding_free.py)")
+    overrides = ["action=distill", f"distill.teacher={teacher['dir']}", "data=sample", f"cache_dir={cache_dir}"]
+    assert not Teacher(compose(overrides), str(teacher["dir"])).model.padding_free
+    assert Teacher(compose(overrides + ["model.padding_free=true"]), str(teacher["dir"])).model.padding_free
+
+
 def test_a_sweep_searches_the_students_depth_temperature_and_alpha(teacher, tmp_path, cache_dir):
     import yaml
 

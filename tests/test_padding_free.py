@@ -330,3 +330,11 @@ def test_left_padding_and_an_export_are_refused_in_one_line():
     why = refused_in_one_line(lambda: use_padding_free(Export(), True))
     assert "onnxruntime" in why and "model.padding_free=false" in why
     use_padding_free(Export(), False)  # off: nothing to refuse
+
+
+def test_pretraining_refuses_the_option_in_one_line(tmp_path, cache_dir):
+    """action=pretrain trains transformers' own pretraining model on blocks packed to full length, not
+    through kotune's encoder wrapper: model.padding_free=true is refused before any text is read."""
+    res = job(["action=pretrain", "model=tiny", "model.padding_free=true"], tmp_path / "pretrain", cache_dir)
+    assert res["status"] == "failed" and "\n" not in res["error"], res
+    assert "action=pretrain" in res["error"] and "model.padding_free=false" in res["error"], res["error"]

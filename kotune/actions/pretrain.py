@@ -19,6 +19,7 @@ from kotune.training.pretraining import PretrainingTrainer
 from kotune.training.arguments import tensorboard_dir, training_arguments
 from tasks import pretrain
 from kotune.core.atomic_dir import written_whole
+from kotune.core.errors import ConfigError
 from kotune.core.log import log
 
 
@@ -49,6 +50,10 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
 
     p, seed = cfg.pretrain, int(cfg.train.seed)
     objective = pretrain.objective(p)
+    if cfg.model.get("padding_free"):  # refused before any text is read
+        raise ConfigError("model.padding_free=true: action=pretrain trains transformers' own pretraining model on "
+                          "blocks packed to full length (tasks/pretrain.py: only a last block or an NSP pair is "
+                          "padded), not through kotune's encoder wrapper; set model.padding_free=false")
     cfg = copy.deepcopy(cfg)
     cfg.train.group_by_length = False  # every packed block has the same length
     with local_rank_zero_first():

@@ -17,6 +17,7 @@ from heads.model.inference import Inference, of as inference_of
 from kotune.loading.built import Encoder
 from kotune.core.atomic_dir import MANIFEST
 from kotune.core.errors import ConfigError
+from kotune.core.log import log
 
 
 def teacher_source_kind(path: str) -> str:
@@ -55,6 +56,11 @@ class Teacher:
             self.mode = checkpoint.model.mode if self.source == "run" else checkpoint.spec.get("mode")
         self.model = self.side.model
         self.inference = inference_of(cfg)  # predict.device, predict.precision: its logits and its score
+        if cfg.model.get("padding_free"):  # model.padding_free: the teacher's encoder runs packed too, where it can
+            if self.source == "run":
+                self.model.set_padding_free(True)
+            else:
+                log(f"model.padding_free: the teacher, a {self.source} export, runs its graph as exported (padded)")
         if self.source == "run" and self.model.lora:  # its adapter merged once: the plain encoder computes its logits and lends layers
             self.model.encoder = self.model.bare_encoder()
 
