@@ -103,6 +103,18 @@ def test_an_export_answers_as_the_run_it_was_exported_from(runs, export):
     assert "export" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("export", ["onnx", "native"])
+def test_an_export_refuses_padding_free_in_one_line(runs, export):
+    """model.padding_free is how kotune's encoder wrapper runs; an export runs its graph as exported
+    (padded): asking for it is one line, not silently ignored."""
+    import kotune
+    from kotune.core.errors import KotuneError
+
+    with pytest.raises(KotuneError) as e:
+        kotune.load(runs[export].results["export_dir"], "model.padding_free=true")
+    assert "model.padding_free=false" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_jobs_run_again_in_one_process_and_evaluate_scores_as_training_did(runs, tmp_path):
     import kotune
 
