@@ -1,6 +1,7 @@
 """A training step never makes the host wait on the device (no ``.item()``, no boolean indexing, no
-tensor built from host values in the loss counts, the loss or the running loss sum), and AdamW is the
-fused kernel. The CPU has no device to wait on, so the ops that would wait on a GPU are counted."""
+tensor built from host values in the loss counts, the loss or the running loss sum; libraries' own
+waits are listed in ``LIBRARY_WAITS``), and AdamW is the fused kernel. The CPU has no device to
+wait on, so the ops that would wait on a GPU are counted."""
 from __future__ import annotations
 
 import os
@@ -52,6 +53,19 @@ def ours(found: list[str]) -> list[str]:
     return [f for f in found if f.split(" (", 1)[-1].startswith(project)]
 
 
+# Waits asked for by libraries kotune calls, kept: why each stays.
+LIBRARY_WAITS = {
+    f"{os.sep}transformers{os.sep}masking_utils.py": "BERT reads padding_mask.all() once a forward to skip the "
+                                                     "attention mask of an unpadded batch",
+    f"{os.sep}torchcrf{os.sep}": "pytorch-crf (task.crf=true) checks mask[:, 0].all() in its forward and asserts it "
+                                 "again in its score and its normalizer: the library's own, kotune's CRF asks no other",
+}
+
+
+def library(found: str) -> bool:
+    return any(part in found for part in LIBRARY_WAITS)
+
+
 def watched(waits: HostWaits):
     """A KotuneTrainer whose steps (counts, forward, loss, backward, the running loss sum) run under ``waits``."""
     from kotune.training.trainer import KotuneTrainer
@@ -76,6 +90,7 @@ def watched(waits: HostWaits):
     ["task=ner"],                                       # tokens
     ["task=dp"],                                        # words: the dependency head's arcs and labels
     ["task=dp", "task.pos=true", "task.word_pooling=mean"],  # its POS features, mean-pooled words
+    ["task=ner", "task.crf=true"],                      # the CRF's likelihood over label slots (torchcrf's own exempt)
     ["train.grad_accum=2"],                             # counts summed over micro-batches
 ])
 def test_a_training_step_never_waits_on_the_device(job, cache_dir):
@@ -84,8 +99,10 @@ def test_a_training_step_never_waits_on_the_device(job, cache_dir):
     _, loss = train(overrides, cache_dir, trainer_class=watched(waits))
     assert loss == loss  # trained, finite
     assert ours(waits.found) == [], f"a training step waits on the device: {sorted(set(ours(waits.found)))}"
-    assert len(waits.found) <= 3 * int(dict(a.split("=") for a in overrides if "grad_accum" in a).get(
-        "train.grad_accum", 1))  # the encoder's one a forward (masking_utils), no more
+    # nor anywhere else but the listed libraries (a backward's waits show at the backward call)
+    assert [f for f in waits.found if not library(f)] == []
+    forwards = 3 * int(dict(a.split("=") for a in overrides if "grad_accum" in a).get("train.grad_accum", 1))
+    assert len([f for f in waits.found if "masking_utils" in f]) <= forwards  # the encoder's one a forward, no more
 
 
 def test_the_watch_sees_a_wait():
