@@ -31,17 +31,19 @@ class _CRF(CRF):
     """pytorch-crf's CRF with one entry point, so that ``functional_call`` can swap in the masked
     transitions for both the likelihood (with tags) and Viterbi decoding (without)."""
 
-    def forward(self, emissions, tags=None, mask=None):  # type: ignore[override]
+    def forward(self, emissions, tags=None, mask=None, reduction="sum"):  # type: ignore[override]
         if tags is None:
             return self.decode(emissions, mask)
-        return super().forward(emissions, tags, mask, reduction="sum")
+        return super().forward(emissions, tags, mask, reduction=reduction)
 
 
-def chain(slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The slots of each row packed to the left: (positions [B, S], mask [B, S]), S the most
-    slots of any row (at least 1)."""
+def chain(slots: torch.Tensor, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The slots of each row packed to the left: (positions [B, S], mask [B, S]). S is ``width``
+    (at most the row length; the positions past a row's slots are its other positions, masked), or
+    by default the most slots of any row (at least 1): a number read from the device."""
     lengths = slots.sum(1)
-    width = max(1, int(lengths.max())) if slots.numel() else 1
+    if width is None:
+        width = max(1, int(lengths.max())) if slots.numel() else 1
     order = torch.sort((~slots).to(torch.uint8), dim=1, stable=True).indices  # slots first, in order
     positions = order[:, :width]
     mask = torch.arange(positions.size(1), device=slots.device)[None, :] < lengths[:, None]
@@ -70,8 +72,8 @@ class ChainCRF(nn.Module):
                 "end_transitions": crf.end_transitions,
                 "transitions": crf.transitions.masked_fill(self.forbidden_moves, FORBIDDEN)}
 
-    def _packed(self, emissions: torch.Tensor, slots: torch.Tensor):
-        positions, mask = chain(slots)
+    def _packed(self, emissions: torch.Tensor, slots: torch.Tensor, width: int | None = None):
+        positions, mask = chain(slots, width)
         packed = torch.gather(emissions.float(), 1, positions.unsqueeze(-1).expand(-1, -1, emissions.size(-1)))
         return positions, mask, packed, mask.any(1)  # rows with at least one slot
 
@@ -79,15 +81,22 @@ class ChainCRF(nn.Module):
         """The negative log-likelihood of the labelled slots' tags (labels -100 elsewhere), summed
         over the rows."""
         slots = labels != IGNORE
-        positions, mask, packed, rows = self._packed(emissions, slots)
-        if not rows.any():  # nothing to learn in this batch: 0, not NaN
+        if not slots.numel():  # no positions at all (a shape: known on the host)
             return emissions.sum() * 0.0
+        # No number the device holds decides what runs (each would make the host wait every step):
+        # the chain spans the whole row (masked steps past a row's slots leave pytorch-crf's scores
+        # as they are), and a row without slots, which pytorch-crf refuses (its first step must be
+        # on), is scored on a one-step chain and left out of the sum.
+        positions, mask, packed, rows = self._packed(emissions, slots, slots.size(1))
         tags = torch.gather(labels.long().clamp(min=0), 1, positions)
-        llh = functional_call(self.crf, self.parameters_in_force(), (packed[rows], tags[rows], mask[rows]))
-        return -llh
+        mask = mask | (torch.arange(mask.size(1), device=mask.device) == 0)
+        llh = functional_call(self.crf, self.parameters_in_force(), (packed, tags, mask), {"reduction": "none"})
+        return -torch.where(rows, llh, 0.0).sum()  # a batch without slots: 0, not NaN
 
     def viterbi(self, emissions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """The emissions with each row's best path written one-hot over its slots."""
+        # evaluation reads its paths on the host anyway (pytorch-crf returns lists): a chain as
+        # wide as the most slots of any row keeps the Viterbi loop short
         positions, mask, packed, rows = self._packed(emissions, slots)
         out = emissions.detach().float().clone()
         if not rows.any():

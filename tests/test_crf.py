@@ -85,6 +85,104 @@ def test_the_likelihood_is_pytorch_crfs_over_the_packed_slots():
     assert crf.nll(emissions, labels).item() == pytest.approx(expected.item(), abs=1e-5)  # summed over rows
 
 
+
+def boolean_indexed_nll(crf, emissions, labels):
+    """The likelihood as heads/crf.py computed it before it stopped waiting on the device (kept as
+    the reference): the chain as wide as the most slots of any row (a host read), the rows without
+    slots left out by boolean indexing (a host read of their count)."""
+    import torch
+    from torch.func import functional_call
+
+    from heads.crf import chain
+
+    slots = labels != -100
+    positions, mask = chain(slots)
+    packed = torch.gather(emissions.float(), 1, positions.unsqueeze(-1).expand(-1, -1, emissions.size(-1)))
+    rows = mask.any(1)
+    if not rows.any():
+        return emissions.sum() * 0.0
+    tags = torch.gather(labels.long().clamp(min=0), 1, positions)
+    return -functional_call(crf.crf, crf.parameters_in_force(), (packed[rows], tags[rows], mask[rows]))
+
+
+def nll_and_gradients(nll, crf, emissions, labels):
+    import torch
+
+    crf.zero_grad()
+    emissions = emissions.clone().requires_grad_()
+    loss = nll(crf, emissions, labels)
+    loss.backward()
+    return loss.detach(), emissions.grad, [torch.zeros_like(p) if p.grad is None else p.grad.clone()
+                                           for p in crf.parameters()]
+
+
+def random_batch(seed: int, rows: int, length: int, share_unlabelled: float):
+    """Emissions and random gold tags (IOB2 breaks included: forbidden moves score FORBIDDEN),
+    ``share_unlabelled`` of the positions -100: rows of different numbers of slots."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    emissions = 3 * torch.randn(rows, length, len(LABELS), generator=generator)
+    labels = torch.randint(0, len(LABELS), (rows, length), generator=generator)
+    labels[torch.rand(rows, length, generator=generator) < share_unlabelled] = -100
+    return emissions, labels
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_likelihood_without_host_reads_is_the_boolean_indexed_ones(seed):
+    """``nll`` spans the whole row and scores slot-less rows on a one-step chain left out of the
+    sum, instead of reading the widest row and dropping those rows by boolean indexing (host waits,
+    tests/test_step_waits.py): loss and gradients exactly the old formulation's when every row has
+    a slot (rows of 1 to 9 slots here); with slot-less rows the rows' values are the same and their
+    sum to float rounding (the old sum skipped them, this one adds zeros); a batch without slots is
+    0 with zero gradients."""
+    import torch
+
+    from heads.crf import ChainCRF
+
+    crf = crf_layer()
+    emissions, labels = random_batch(seed, 5, 11, 0.5)
+    labels[:, 0], labels[1:, 2:] = 0, -100  # every row has a slot; row 0 up to 11, the others up to 2 of them
+    if seed % 2:
+        labels[0] = labels[0].clamp(min=0)  # every position of row 0 a slot
+    new, old = nll_and_gradients(ChainCRF.nll, crf, emissions, labels), \
+        nll_and_gradients(boolean_indexed_nll, crf, emissions, labels)
+    assert torch.equal(new[0], old[0]) and torch.equal(new[1], old[1])
+    assert all(torch.equal(a, b) for a, b in zip(new[2], old[2]))
+
+    labels[[1, 3]] = -100  # two rows without slots
+    new, old = nll_and_gradients(ChainCRF.nll, crf, emissions, labels), \
+        nll_and_gradients(boolean_indexed_nll, crf, emissions, labels)
+    assert new[0].item() == pytest.approx(old[0].item(), rel=1e-6) and torch.equal(new[1], old[1])
+    assert all(torch.allclose(a, b, rtol=1e-6, atol=1e-6) for a, b in zip(new[2], old[2]))
+
+    labels[:] = -100  # nothing to learn in this batch
+    new, old = nll_and_gradients(ChainCRF.nll, crf, emissions, labels), \
+        nll_and_gradients(boolean_indexed_nll, crf, emissions, labels)
+    assert new[0].item() == old[0].item() == 0.0 and not new[1].any() and not any(g.any() for g in new[2])
+
+
+def test_masked_steps_past_a_rows_slots_change_no_viterbi_path():
+    """What ``nll``'s whole-row chain rests on, seen on the decoder (``viterbi`` keeps the narrow
+    chain): pytorch-crf's best paths over the chain as wide as the row equal those over the chain as
+    wide as the most slots, on rows of different numbers of slots."""
+    import torch
+    from torch.func import functional_call
+
+    from heads.crf import chain
+
+    crf = crf_layer()
+    for seed in range(6):
+        emissions, labels = random_batch(seed, 6, 10, 0.6)
+        labels[:, 0] = 0
+        slots = labels != -100
+        paths = []
+        for width in (None, slots.size(1)):
+            positions, mask = chain(slots, width)
+            packed = torch.gather(emissions, 1, positions.unsqueeze(-1).expand(-1, -1, len(LABELS)))
+            paths.append(functional_call(crf.crf, crf.parameters_in_force(), (packed,), {"mask": mask}))
+        assert paths[0] == paths[1] and [len(p) for p in paths[0]] == slots.sum(1).tolist()
+
 def test_gold_tags_that_break_iob2_per_token_open_their_entity(cache_dir):
     """An entity that starts inside a token: the token takes its first character's O and the next
     token I-PS, which the CRF's transitions forbid; the label becomes B-PS (and slots mark the chain)."""

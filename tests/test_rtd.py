@@ -68,6 +68,36 @@ def test_rtd_loss_equals_the_libraries_generator_and_discriminator_losses(tokeni
     assert int(out["real"].sum()) == int(batch["attention_mask"].sum()) < batch["attention_mask"].numel()
 
 
+
+def test_detection_loss_over_all_positions_is_the_boolean_indexed_ones(tokenizer, blocks):  # noqa: F811
+    """The discriminator's term sums every position's cross-entropy with the padding's zeroed,
+    not ``scores[real]``'s (a host wait every step: tests/test_step_waits.py): the loss and the
+    gradients are the old formulation's (computed here from the forward's own outputs) to float
+    rounding (the sums add the same terms in another order), with padding in the batch."""
+    import torch.nn.functional as F
+
+    from heads.loss import cross_entropy_sum, mean_of_terms
+    from heads.model.rtd import load_rtd_model, rtd_counts
+
+    model = load_rtd_model(model_cfg(), len(tokenizer), 0, rtd_settings(rtd_weight=7.0))
+    model.eval()
+    batch = masked(tokenizer, blocks[:4])
+    batch["attention_mask"][0, -9:] = 0  # rows of different lengths
+    out = model(**batch, sampler=torch.Generator().manual_seed(3))
+    real = out["real"]
+    assert not real.all()
+    scores, replaced = out["discriminator_logits"], out["replaced"]
+    old = mean_of_terms([cross_entropy_sum(out["generator_logits"], out["gold"]),
+                         7.0 * F.binary_cross_entropy_with_logits(scores[real].float(), replaced[real].float(),
+                                                                  reduction="sum")], rtd_counts(batch))
+    assert out["loss"].item() == pytest.approx(old.item(), rel=1e-6)
+    parameters = list(model.discriminator.parameters())
+    new_grads = torch.autograd.grad(out["loss"], parameters, retain_graph=True, allow_unused=True)
+    old_grads = torch.autograd.grad(old, parameters, allow_unused=True)
+    for new, reference in zip(new_grads, old_grads):
+        assert (new is None) == (reference is None)
+        assert new is None or torch.allclose(new, reference, rtol=1e-5, atol=1e-7)
+
 def test_replaced_positions_are_the_sampled_tokens_that_differ(tokenizer, blocks):  # noqa: F811
     """A sampled original counts as original (the paper): a generator that always samples token t
     marks as replaced exactly the masked positions whose original is not t."""

@@ -88,9 +88,10 @@ class ReplacedTokenDetection(torch.nn.Module):
             replaced = corrupted != original
         scores = self.discriminator(corrupted, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
         real = torch.ones_like(chosen) if attention_mask is None else attention_mask.bool()
-        sums = [cross_entropy_sum(logits, gold),
-                self.rtd_weight * F.binary_cross_entropy_with_logits(scores[real].float(), replaced[real].float(),
-                                                                     reduction="sum")]
+        # every position's term, padding's zeroed, not scores[real]: that size is the data's (a host
+        # wait every step); torch.where, not a 0 weight, so that no padded logit adds NaN or gradient
+        detection = F.binary_cross_entropy_with_logits(scores.float(), replaced.float(), reduction="none")
+        sums = [cross_entropy_sum(logits, gold), self.rtd_weight * torch.where(real, detection, 0.0).sum()]
         counts = rtd_counts({"labels": labels, "attention_mask": attention_mask}) if loss_counts is None else loss_counts
         return {"loss": mean_of_terms(sums, counts), "generator_logits": logits, "gold": gold, "sampled": sampled,
                 "replaced": replaced, "discriminator_logits": scores, "real": real}
@@ -116,7 +117,9 @@ def sample(probabilities: torch.Tensor, per_row: torch.Tensor, seeds: torch.Tens
     if seeds is None:
         return torch.multinomial(probabilities, 1, generator=sampler).squeeze(-1)
     per_row = per_row.to(probabilities.device)
-    row = torch.repeat_interleave(torch.arange(len(per_row), device=probabilities.device), per_row)
+    # output_size (the masked positions, known here): else repeat_interleave reads sum(per_row) from the device
+    row = torch.repeat_interleave(torch.arange(len(per_row), device=probabilities.device), per_row,
+                                  output_size=len(probabilities))
     starts = torch.cumsum(per_row, 0) - per_row
     ordinal = torch.arange(len(row), device=row.device) - starts[row]
     precise = torch.float32 if probabilities.device.type == "mps" else torch.float64  # MPS has no float64
