@@ -134,11 +134,16 @@ def test_a_batch_failing_in_any_stage_fails_only_the_bad_request(stage):
     assert batcher.stats["failed_items"] == 1
 
 
-def test_queued_requests_are_joined_by_tokens_in_arrival_order_and_one_that_cannot_be_sized_fails_alone():
+def test_queued_requests_are_joined_by_tokens_in_arrival_order_and_one_that_cannot_be_sized_fails_alone(monkeypatch):
     """A budget of 40 and texts of 10 (a row each): four requests a batch, in the order they came; a
-    request that cannot be tokenized closes the batch before it, runs alone and fails alone;
-    serve.max_batch_size still caps the texts of a batch under a budget it does not reach."""
+    request that cannot be tokenized closes the batch before it, runs alone and fails alone, and the
+    log says so once, by the error's kind (no request text); serve.max_batch_size still caps the texts
+    of a batch under a budget it does not reach."""
+    from kotune.serving import batcher as batching
     from kotune.serving.requests import ItemFailed
+
+    said = []
+    monkeypatch.setattr(batching, "warn", said.append)
 
     texts = [f"text-{i:05d}" for i in range(9)]
     requests = [[t] for t in texts[:6]] + [["bad-prepare"]] + [[t] for t in texts[6:]]
@@ -148,6 +153,8 @@ def test_queued_requests_are_joined_by_tokens_in_arrival_order_and_one_that_cann
     assert isinstance(answers[6], ItemFailed) and batcher.stats["failed_items"] == 1
     assert [a for i, a in enumerate(answers) if i != 6] == [[{"prediction": f"<{t.upper()}>"}] for t in texts]
     assert batcher.stats["batches"] == 3 and batcher.stats["closed_on_tokens"] == 3
+    assert said[0] == "serve: a request could not be sized for predict.batch_tokens (ValueError); it runs alone"
+    assert len(said) == 2 and said[1].startswith("request failed [")  # then its preparing fails it, alone
 
     predictor = Staged(batch_tokens=1000)
     batcher, answers = served(predictor, [[t] for t in texts[:5]], max_batch_size=2)

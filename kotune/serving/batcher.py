@@ -165,7 +165,9 @@ class Batcher:
         cannot be tokenized counts as over the budget: it runs alone, and fails alone."""
         try:
             return rows_of(await self._on(self.feeder, self.sizes, item[0]))
-        except Exception:  # noqa: BLE001 - its own batch's prepare fails it, text by text
+        except Exception as e:  # noqa: BLE001 - its own batch's prepare fails it, text by text
+            # said (its kind only: a request's text stays out of the log), in case preparing it succeeds
+            warn(f"serve: a request could not be sized for predict.batch_tokens ({type(e).__name__}); it runs alone")
             return 1, self.batch_tokens + 1
 
     async def _feed(self) -> None:
