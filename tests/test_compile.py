@@ -108,3 +108,16 @@ def test_inductor_loss_matches_eager(cache_dir, fresh_dynamo):
     _, inductor = train(["train.max_steps=8", "train.compile=true", *NO_DROPOUT], cache_dir)
     assert compiled.compilations() == 1
     assert inductor == pytest.approx(eager, rel=1e-5)
+
+
+def test_compiled_padding_free_trains_to_the_padded_eager_loss(cache_dir, fresh_dynamo):
+    """train.compile × model.padding_free: packing's sizes depend on the batch's data (dynamo breaks its
+    graph there), and the loss is still the padded eager run's (aot_eager: dynamo's graphs)."""
+    from test_padding_free import older_transformers
+
+    if older_transformers():
+        pytest.skip("transformers<5.25: model.padding_free is refused (tests/test_padding_free.py)")
+    _, eager = train(["train.max_steps=4", *SMALL, *NO_DROPOUT], cache_dir)
+    _, packed = train(["train.max_steps=4", "train.compile=true", "model.padding_free=true", *SMALL, *NO_DROPOUT],
+                      cache_dir, "aot_eager")
+    assert packed == pytest.approx(eager, abs=1e-6)
