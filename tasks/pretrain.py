@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig
 
+from tasks.base import IGNORE
 from tasks.embed import read_texts, read_txt_lines
 from kotune.core.errors import ConfigError, DataError
 from kotune.core.log import log
@@ -353,6 +354,18 @@ def row_seed(seed: int, epoch: int, row: int, salt: str = "") -> int:
     return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little")
 
 
+def masked_positions(labels: torch.Tensor) -> torch.Tensor:
+    """Each row's masked positions (its labelled ones, ascending) as a ``[rows, K]`` index, ``K`` the
+    most of any row (at least 1), the rest of a row ``IGNORE``. Why: built on the host, where the
+    masks are made, it gives the head a shape the host knows (heads/model/mlm.py's ``at_masked``);
+    picking the positions on the device would make the host wait for their number every step."""
+    chosen = labels != IGNORE
+    k = max(1, int(chosen.sum(1).max())) if chosen.numel() else 1
+    # a stable sort of "not chosen" puts each row's chosen positions first, in order
+    order = torch.sort((~chosen).to(torch.uint8), dim=1, stable=True).indices[:, :k]
+    return torch.where(chosen.gather(1, order), order, IGNORE)
+
+
 class KeyedMasking:
     """The library collator with each row's masks drawn from a generator keyed on ``seed`` and the
     row's place in training (epoch and row, from ``KeyedRows``). Why: the library draws from the
@@ -362,7 +375,9 @@ class KeyedMasking:
     batch it is in (``train.grad_accum=2`` at half the batch size masks as one batch does), and
     differ across epochs. The rows of a batch are of one length (packed blocks, padded pairs).
     ``sample_seeds``: each row also carries ``sample_seed``, a 63-bit seed of its own for what the
-    model draws at random (replaced-token detection's sampled tokens), keyed the same way."""
+    model draws at random (replaced-token detection's sampled tokens), keyed the same way. The
+    batch also carries ``masked_positions`` (``masked_positions``): a training step then picks the
+    masked positions without a host wait."""
 
     def __init__(self, collator, seed: int, sample_seeds: bool = False):
         self.collator, self.seed, self.sample_seeds = collator, seed, sample_seeds
@@ -375,7 +390,8 @@ class KeyedMasking:
             rows.append(self.collator([{k: v for k, v in item.items() if k != "mask_key"}]))
             if self.sample_seeds:
                 rows[-1]["sample_seed"] = torch.tensor([row_seed(self.seed, epoch, row, "sample") >> 1])
-        return {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
+        batch = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
+        return {**batch, "masked_positions": masked_positions(batch["labels"])}
 
 
 def training_collator(tokenizer, p: DictConfig, seed: int) -> KeyedMasking:

@@ -158,6 +158,70 @@ def test_masked_only_loss_and_gradients_equal_the_full_computation(arch, tokeniz
     assert torch.equal(gold, batch["labels"][chosen])
 
 
+def fixed_batch(vocab_size: int) -> dict:
+    """Four rows of 12 masked at 4, 1, 0 and 2 positions (the last row padded after 9 tokens)."""
+    ids = torch.randint(5, vocab_size, (4, 12), generator=torch.Generator().manual_seed(1))
+    labels, mask = torch.full_like(ids, IGNORE), torch.ones_like(ids)
+    for row, where in enumerate(([1, 4, 5, 9], [3], [], [2, 7])):
+        labels[row, where] = ids[row, where]
+        ids[row, where] = 4
+    mask[3, 9:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def loss_and_gradients(model, loss) -> tuple[torch.Tensor, dict]:
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize("full_forward", [False, True])
+@pytest.mark.parametrize("arch", [*sorted(MLM_CONFIGS), "bert+nsp"])
+def test_masked_positions_index_gives_the_boolean_indexed_loss_gradients_and_metrics(arch, full_forward):
+    """A training batch's ``masked_positions`` (a fixed-shape gather, no host wait) against the
+    boolean indexing a batch without it takes: rows with different numbers of masked positions,
+    one with none; equal to float rounding (the same numbers summed in another order)."""
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForPreTraining
+
+    from heads.model.mlm import masked_lm_loss, masked_logits, mlm_metrics
+
+    nsp = arch == "bert+nsp"
+    config = AutoConfig.for_model(arch.split("+")[0], vocab_size=60, max_position_embeddings=64,
+                                  **MLM_CONFIGS[arch.split("+")[0]])
+    torch.manual_seed(0)
+    model = (AutoModelForPreTraining if nsp else AutoModelForMaskedLM).from_config(config)
+    batch = {**fixed_batch(60), **({"next_sentence_label": torch.tensor([0, 1, 1, 0])} if nsp else {})}
+    positions = pretrain.masked_positions(batch["labels"])
+    assert positions.tolist() == [[1, 4, 5, 9], [3, IGNORE, IGNORE, IGNORE], [IGNORE] * 4, [2, 7, IGNORE, IGNORE]]
+    indexed = {**batch, "masked_positions": positions}
+    loss, grads = loss_and_gradients(model, masked_lm_loss(model, batch, full_forward=full_forward))
+    fixed, fixed_grads = loss_and_gradients(model, masked_lm_loss(model, indexed, full_forward=full_forward))
+    torch.testing.assert_close(fixed, loss)
+    assert grads.keys() == fixed_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(fixed_grads[name], grad, msg=name)
+    with torch.no_grad():
+        logits, gold = masked_logits(model, batch)
+        slots, slot_gold = masked_logits(model, indexed)
+    assert slots.shape[0] == 16 and torch.equal(slot_gold[slot_gold != IGNORE], gold)
+    torch.testing.assert_close(slots[slot_gold != IGNORE], logits)
+    scores, slot_scores = mlm_metrics(model, [batch]), mlm_metrics(model, [indexed])
+    assert slot_scores.keys() == scores.keys() and slot_scores["n_masked"] == scores["n_masked"] == 7
+    for key, value in scores.items():
+        assert slot_scores[key] == pytest.approx(value, rel=1e-6), key
+
+
+def test_training_batches_carry_each_rows_masked_positions(tokenizer, blocks):
+    rows = pretrain.model_rows(blocks, False)
+    collator = pretrain.training_collator(tokenizer, settings(), seed=1)
+    batch = collator([{**rows[i], "mask_key": (0, i)} for i in range(6)])
+    positions, chosen = batch["masked_positions"], batch["labels"] != IGNORE
+    assert positions.shape == (6, int(chosen.sum(1).max()))  # K: the most of any row, known on the host
+    for row in range(6):
+        assert positions[row][positions[row] != IGNORE].tolist() == chosen[row].nonzero().flatten().tolist()
+
+
 def test_training_masks_are_keyed_on_the_row_place_not_the_global_rng(tokenizer, blocks):
     rows = pretrain.model_rows(blocks, False)
     collator = pretrain.training_collator(tokenizer, settings(), seed=1)

@@ -157,9 +157,38 @@ def test_seeded_rows_sample_alike_in_any_batch(tokenizer, blocks):  # noqa: F811
     items = [{**pretrain.model_rows([r], False)[0], "mask_key": (0, i)} for i, r in enumerate(blocks[:4])]
     whole, halves = collate(items), [collate(items[:2]), collate(items[2:])]
     assert whole["sample_seed"].shape == (4,) and len(set(whole["sample_seed"].tolist())) == 4
-    together = model(**whole)["sampled"]
-    apart = torch.cat([model(**h)["sampled"] for h in halves])
-    assert torch.equal(together, apart)
+    def drawn(batch: dict) -> torch.Tensor:  # a batch's masked_positions slots: its masked positions' draws
+        out = model(**batch)
+        return out["sampled"][out["gold"] != IGNORE]
+
+    assert torch.equal(drawn(whole), torch.cat([drawn(h) for h in halves]))
+
+
+def test_masked_positions_index_gives_the_boolean_indexed_rtd_loss_gradients_and_draws(tokenizer):  # noqa: F811
+    """The generator's picking and the filling of its draws through a training batch's
+    ``masked_positions`` (no host wait) against the boolean indexing of a batch without it: rows
+    with different numbers of masked positions, one with none; the same keyed draws, the same
+    corrupted input, loss and gradients to float rounding."""
+    from heads.model.rtd import load_rtd_model
+    from test_pretrain import fixed_batch, loss_and_gradients
+
+    model = load_rtd_model(model_cfg(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0), 60, 0,
+                           rtd_settings())
+    batch = {**fixed_batch(60), "sample_seed": torch.tensor([11, 12, 13, 14])}
+    indexed = {**batch, "masked_positions": pretrain.masked_positions(batch["labels"])}
+    out, slots = model(**batch), model(**indexed)
+    loss, grads = loss_and_gradients(model, out["loss"])
+    fixed, fixed_grads = loss_and_gradients(model, slots["loss"])
+    torch.testing.assert_close(fixed, loss)
+    assert grads.keys() == fixed_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(fixed_grads[name], grad, msg=name)
+    scored = slots["gold"] != IGNORE
+    assert len(scored) == 16 and torch.equal(slots["gold"][scored], out["gold"])
+    assert torch.equal(slots["sampled"][scored], out["sampled"])
+    assert torch.equal(slots["replaced"], out["replaced"]) and slots["replaced"].any()
+    torch.testing.assert_close(slots["generator_logits"][scored], out["generator_logits"])
+    torch.testing.assert_close(slots["discriminator_logits"], out["discriminator_logits"])
 
 
 def test_rtd_round_trip_saved_discriminator_loads_in_transformers(tmp_path, run_job):

@@ -183,37 +183,54 @@ MASKED_LM_HEADS = {
 }
 
 
+def at_masked(values: torch.Tensor, labels: torch.Tensor,
+              positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``values`` [batch, length, ...] and ``labels`` [batch, length] at the masked positions, row-major.
+    With ``positions`` (tasks/pretrain.py's ``masked_positions``, [batch, K], ``IGNORE`` past a row's
+    own): every slot, [batch·K, ...], a padding slot's gold ``IGNORE`` (its values those of position 0,
+    which the loss ignores); a gather, whose size the host knows. Without: boolean indexing, the
+    labelled positions alone, whose number the device holds (the host waits for it)."""
+    if positions is None:
+        chosen = labels != IGNORE
+        return values[chosen], labels[chosen]
+    slot = positions != IGNORE
+    index = torch.where(slot, positions, 0)
+    spread = index.reshape(*index.shape, *(1,) * (values.dim() - 2)).expand(*index.shape, *values.shape[2:])
+    gold = labels.gather(1, index).masked_fill(~slot, IGNORE)
+    return values.gather(1, spread).flatten(0, 1), gold.flatten()
+
+
 def pretraining_logits(model: torch.nn.Module, batch: dict,
                        full_forward: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Logits and gold ids of the labelled positions of ``batch`` (row-major order), and the
-    next-sentence logits where the batch has ``next_sentence_label`` (``BertForPreTraining``), else
-    None: the encoder runs on every position, the MLM head (transform and vocabulary projection)
-    only on the ~15 % that carry a label. Why: the projection onto the vocabulary is most of a
-    small model's FLOPs (README, "Pretrain or adapt an encoder"). Architectures not in
-    ``MASKED_LM_HEADS``, and ``full_forward`` (a wrapped model: DistributedDataParallel,
-    ``torch.compile``, whose inner modules must not be called past the wrapper), run the model's
-    own full forward."""
-    labels = batch["labels"]
-    chosen = labels != IGNORE
-    inputs = {k: v for k, v in batch.items() if k not in ("labels", "next_sentence_label")}
+    """Logits and gold ids of the masked positions of ``batch`` (``at_masked``: with the batch's
+    ``masked_positions``, a fixed-shape slot per row's masked position, padding slots' gold
+    ``IGNORE``; without, the labelled positions alone), and the next-sentence logits where the batch
+    has ``next_sentence_label`` (``BertForPreTraining``), else None: the encoder runs on every
+    position, the MLM head (transform and vocabulary projection) only at the masked ones (~15 %).
+    Why: the projection onto the vocabulary is most of a small model's FLOPs (README, "Pretrain or
+    adapt an encoder"). Architectures not in ``MASKED_LM_HEADS``, and ``full_forward`` (a wrapped
+    model: DistributedDataParallel, ``torch.compile``, whose inner modules must not be called past
+    the wrapper), run the model's own full forward."""
+    labels, positions = batch["labels"], batch.get("masked_positions")
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "next_sentence_label", "masked_positions")}
     if full_forward:
         out = model(**inputs)
         if "next_sentence_label" in batch:
-            return out.prediction_logits[chosen], labels[chosen], out.seq_relationship_logits
-        return out.logits[chosen], labels[chosen], None
+            return (*at_masked(out.prediction_logits, labels, positions), out.seq_relationship_logits)
+        return (*at_masked(out.logits, labels, positions), None)
     if "next_sentence_label" in batch:
         out = model.base_model(**inputs)
-        return (model.cls.predictions(out.last_hidden_state[chosen]), labels[chosen],
-                model.cls.seq_relationship(out.pooler_output))
+        hidden, gold = at_masked(out.last_hidden_state, labels, positions)
+        return model.cls.predictions(hidden), gold, model.cls.seq_relationship(out.pooler_output)
     head = MASKED_LM_HEADS.get(model.config.model_type)
     if head is None:
-        return model(**inputs).logits[chosen], labels[chosen], None
-    hidden = model.base_model(**inputs).last_hidden_state
-    return head(model, hidden[chosen]), labels[chosen], None
+        return (*at_masked(model(**inputs).logits, labels, positions), None)
+    hidden, gold = at_masked(model.base_model(**inputs).last_hidden_state, labels, positions)
+    return head(model, hidden), gold, None
 
 
 def masked_logits(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """``pretraining_logits``' masked-token logits and gold ids."""
+    """``pretraining_logits``' masked-token logits and gold ids (padding slots' gold ``IGNORE``)."""
     return pretraining_logits(model, batch)[:2]
 
 
@@ -259,12 +276,13 @@ def mlm_metrics(model: torch.nn.Module, batches: list[dict]) -> dict:
             next_correct += int((next_logits.argmax(-1) == next_gold).sum())
             next_random += int(next_gold.sum())
             pairs += len(next_gold)
-        if not len(gold):
+        masked = int(labelled(gold))  # a batch with masked_positions: its padding slots are IGNORE
+        if not masked:
             continue
         picked = picked.float()
-        loss_sum += float(torch.nn.functional.cross_entropy(picked, gold, reduction="sum"))
-        correct += int((picked.argmax(-1) == gold).sum())
-        count += len(gold)
+        loss_sum += float(torch.nn.functional.cross_entropy(picked, gold, ignore_index=IGNORE, reduction="sum"))
+        correct += int((picked.argmax(-1) == gold).sum())  # an argmax is never IGNORE
+        count += masked
     model.train(was_training)
     nsp = {}
     if pairs:  # the majority label's share: what always guessing it scores (one-sentence texts are all random-next)

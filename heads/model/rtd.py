@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from heads.loss import cross_entropy_sum, labelled, mean_of_terms
 from heads.model.encoder import _from_hub_or_cache, build_config
-from heads.model.mlm import (MASKED_LM_HEADS, checked_init, mimetic_scales, mlm_metrics, random_init,
+from heads.model.mlm import (MASKED_LM_HEADS, at_masked, checked_init, mimetic_scales, mlm_metrics, random_init,
                              warn_inits_ignored)
 from tasks.base import IGNORE
 from kotune.core.errors import ConfigError
@@ -66,25 +66,37 @@ class ReplacedTokenDetection(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, loss_counts: torch.Tensor | None = None,
-                sample_seed: torch.Tensor | None = None, sampler: torch.Generator | None = None) -> dict:
+                sample_seed: torch.Tensor | None = None, sampler: torch.Generator | None = None,
+                masked_positions: torch.Tensor | None = None) -> dict:
         """``loss`` and what it was computed from: ``generator_logits`` and ``gold`` (the masked
-        positions, row-major), ``sampled`` (the generator's tokens there), ``replaced`` [batch, length]
-        (1 where the discriminator's input differs from the original: a sampled original counts as
-        original, as in the paper), ``discriminator_logits`` [batch, length], ``real`` (the positions
-        scored). ``sample_seed`` [batch]: each row's tokens drawn from a generator of its own seed
-        (training: keyed on the row's place, tasks/pretrain.py's ``KeyedMasking``, so a row is
-        sampled alike in any batch, micro-batch, process or resumed run); else from ``sampler`` (the
-        held-out scoring's), else from torch's global RNG."""
+        positions, row-major: heads/model/mlm.py's ``at_masked``; with ``masked_positions``, every
+        slot, padding slots' gold IGNORE), ``sampled`` (the generator's tokens there), ``replaced``
+        [batch, length] (1 where the discriminator's input differs from the original: a sampled
+        original counts as original, as in the paper), ``discriminator_logits`` [batch, length],
+        ``real`` (the positions scored). ``sample_seed`` [batch]: each row's tokens drawn from a
+        generator of its own seed (training: keyed on the row's place, tasks/pretrain.py's
+        ``KeyedMasking``, so a row is sampled alike in any batch, micro-batch, process or resumed
+        run); else from ``sampler`` (the held-out scoring's), else from torch's global RNG.
+        ``masked_positions`` [batch, K] (tasks/pretrain.py's): the masked positions picked and filled
+        without a host wait (a padding slot draws too, so a ``sampler``'s draws are not the boolean
+        path's; keyed draws are the same)."""
         chosen = labels != IGNORE
         hidden = self.generator.electra(input_ids, attention_mask=attention_mask,
                                         token_type_ids=token_type_ids).last_hidden_state
-        logits = MASKED_LM_HEADS["electra"](self.generator, hidden[chosen])
-        gold = labels[chosen]
+        picked, gold = at_masked(hidden, labels, masked_positions)
+        logits = MASKED_LM_HEADS["electra"](self.generator, picked)
         with torch.no_grad():  # ELECTRA stops the gradient at the sampling
             probabilities = torch.softmax(logits.detach().float(), -1)
-            sampled = sample(probabilities, chosen.sum(1), sample_seed, sampler) if len(gold) else gold
             original = torch.where(chosen, labels, input_ids)
-            corrupted = original.masked_scatter(chosen, sampled)
+            if masked_positions is None:
+                sampled = sample(probabilities, chosen.sum(1), sample_seed, sampler) if len(gold) else gold
+                corrupted = original.masked_scatter(chosen, sampled)
+            else:  # each row's K slots, its masked positions first: the k-th draws as the boolean path's k-th
+                rows, k = masked_positions.shape
+                sampled = sample(probabilities, torch.full((rows,), k, device=labels.device), sample_seed, sampler)
+                # a padding slot writes to a column past the end, dropped: no write races a real position's
+                into = torch.where(masked_positions != IGNORE, masked_positions, original.shape[1])
+                corrupted = F.pad(original, (0, 1)).scatter(1, into, sampled.view(rows, k))[:, :-1]
             replaced = corrupted != original
         scores = self.discriminator(corrupted, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
         real = torch.ones_like(chosen) if attention_mask is None else attention_mask.bool()
