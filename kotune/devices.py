@@ -19,6 +19,13 @@ def cpu_only() -> bool:
     return not torch.cuda.is_available() and not torch.backends.mps.is_available()
 
 
+def host_reads_wait() -> bool:
+    """Whether reading a device value on the host makes the host wait for the device (an accelerator):
+    then a step is built from shapes the host knows, even at some extra compute; on a CPU such a read
+    costs nothing, and the plain way is kept."""
+    return not cpu_only()
+
+
 def pad_multiple(t: DictConfig) -> int:
     """``train.pad_to_multiple_of``; ``auto``: 8 on CUDA (tensor-core tiles), 1 on CPU, where
     rounding up buys nothing and costs ~8 % of the tokens of short KLUE sentences."""

@@ -375,12 +375,14 @@ class KeyedMasking:
     batch it is in (``train.grad_accum=2`` at half the batch size masks as one batch does), and
     differ across epochs. The rows of a batch are of one length (packed blocks, padded pairs).
     ``sample_seeds``: each row also carries ``sample_seed``, a 63-bit seed of its own for what the
-    model draws at random (replaced-token detection's sampled tokens), keyed the same way. The
-    batch also carries ``masked_positions`` (``masked_positions``): a training step then picks the
-    masked positions without a host wait."""
+    model draws at random (replaced-token detection's sampled tokens), keyed the same way.
+    ``index_positions``: the batch also carries ``masked_positions`` (:func:`masked_positions`), so
+    that a training step picks the masked positions without a host wait (on a GPU; on a CPU a host
+    read costs nothing and the index's padding slots do, so the boolean picking is kept there)."""
 
-    def __init__(self, collator, seed: int, sample_seeds: bool = False):
+    def __init__(self, collator, seed: int, sample_seeds: bool = False, index_positions: bool = False):
         self.collator, self.seed, self.sample_seeds = collator, seed, sample_seeds
+        self.index_positions = index_positions
 
     def __call__(self, items: list[dict]) -> dict:
         rows = []
@@ -391,10 +393,13 @@ class KeyedMasking:
             if self.sample_seeds:
                 rows[-1]["sample_seed"] = torch.tensor([row_seed(self.seed, epoch, row, "sample") >> 1])
         batch = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
-        return {**batch, "masked_positions": masked_positions(batch["labels"])}
+        if self.index_positions:
+            batch["masked_positions"] = masked_positions(batch["labels"])
+        return batch
 
 
-def training_collator(tokenizer, p: DictConfig, seed: int) -> KeyedMasking:
+def training_collator(tokenizer, p: DictConfig, seed: int, index_positions: bool = False) -> KeyedMasking:
     """``mlm_collator`` with masks keyed on ``seed`` and each batch's place in training (and, for
-    ``pretrain.objective=rtd``, a sampling seed per row)."""
-    return KeyedMasking(mlm_collator(tokenizer, p), seed, sample_seeds=objective(p) == "rtd")
+    ``pretrain.objective=rtd``, a sampling seed per row); ``index_positions``: :class:`KeyedMasking`'s."""
+    return KeyedMasking(mlm_collator(tokenizer, p), seed, sample_seeds=objective(p) == "rtd",
+                        index_positions=index_positions)

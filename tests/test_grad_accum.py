@@ -82,8 +82,12 @@ def assert_trains_as_one_batch(run_job, recorded, overrides: list[str], accums=(
     return rows
 
 
+@pytest.mark.parametrize("indexed", [False, True], ids=["cpu-picking", "gpu-index"])
 @pytest.mark.parametrize("objective", ["mlm", "mlm+nsp", "rtd"])
-def test_pretraining_in_micro_batches_trains_as_one_batch(objective, tmp_path, run_job, recorded):
+def test_pretraining_in_micro_batches_trains_as_one_batch(objective, indexed, tmp_path, run_job, recorded, monkeypatch):
+    """Both ways a step picks the masked positions: boolean picking (the CPU's) and the fixed-shape
+    index (``masked_positions``, a GPU's: no host wait)."""
+    monkeypatch.setattr(kotune.actions.pretrain, "host_reads_wait", lambda: indexed)
     text = documents_corpus(tmp_path) if objective == "mlm+nsp" else corpus(tmp_path)
     electra = ["model.architecture=electra"] if objective == "rtd" else []
     overrides = TINY + electra + [f"data.train_file={text}", f"pretrain.objective={objective}", "train.epochs=1",

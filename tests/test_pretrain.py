@@ -213,8 +213,12 @@ def test_masked_positions_index_gives_the_boolean_indexed_loss_gradients_and_met
 
 
 def test_training_batches_carry_each_rows_masked_positions(tokenizer, blocks):
+    """Where a host read waits (a GPU: index_positions), a training batch carries its masked positions
+    as a fixed-shape index; on a CPU (the default) it does not, and the step picks them as before."""
     rows = pretrain.model_rows(blocks, False)
-    collator = pretrain.training_collator(tokenizer, settings(), seed=1)
+    assert "masked_positions" not in pretrain.training_collator(tokenizer, settings(), seed=1)(
+        [{**rows[i], "mask_key": (0, i)} for i in range(6)])
+    collator = pretrain.training_collator(tokenizer, settings(), seed=1, index_positions=True)
     batch = collator([{**rows[i], "mask_key": (0, i)} for i in range(6)])
     positions, chosen = batch["masked_positions"], batch["labels"] != IGNORE
     assert positions.shape == (6, int(chosen.sum(1).max()))  # K: the most of any row, known on the host

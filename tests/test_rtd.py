@@ -153,7 +153,7 @@ def test_seeded_rows_sample_alike_in_any_batch(tokenizer, blocks):  # noqa: F811
 
     model = load_rtd_model(model_cfg(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0), len(tokenizer), 0,
                            rtd_settings())
-    collate = pretrain.training_collator(tokenizer, rtd_settings(), seed=5)
+    collate = pretrain.training_collator(tokenizer, rtd_settings(), seed=5, index_positions=True)
     items = [{**pretrain.model_rows([r], False)[0], "mask_key": (0, i)} for i, r in enumerate(blocks[:4])]
     whole, halves = collate(items), [collate(items[:2]), collate(items[2:])]
     assert whole["sample_seed"].shape == (4,) and len(set(whole["sample_seed"].tolist())) == 4

@@ -115,6 +115,7 @@ def test_a_pretraining_step_never_waits_on_the_device(objective, tmp_path, run_j
     waits = HostWaits()
     for name in ("PretrainingTrainer", "RTDTrainer"):
         monkeypatch.setattr(action, name, watched(waits, getattr(action, name)))
+    monkeypatch.setattr(action, "host_reads_wait", lambda: True)  # a GPU's way, watched on the CPU
     job = {"rtd": ["model.architecture=electra", "pretrain.objective=rtd"],
            "mlm+nsp": ["pretrain.objective=mlm+nsp"]}.get(objective, [])
     text = documents_corpus(tmp_path) if objective == "mlm+nsp" else corpus(tmp_path)

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from kotune.loading.built import resolve_max_length, warn_unknown_hangul
 from kotune.training.resume import resume_identity, train_resumable
-from kotune.devices import local_rank_zero_first
+from kotune.devices import host_reads_wait, local_rank_zero_first
 from kotune.training.pretraining import RTDTrainer
 from kotune.training.pretraining import PretrainingTrainer
 from kotune.training.arguments import tensorboard_dir, training_arguments
@@ -85,7 +85,7 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     trainer = (RTDTrainer if rtd else PretrainingTrainer)(
         model=model, args=training_arguments(cfg, run_dir, ["labels"], do_eval=False),
         train_dataset=pretrain.KeyedRows(pretrain.model_rows(blocks["train"], whole)),
-        data_collator=pretrain.training_collator(tokenizer, p, seed),
+        data_collator=pretrain.training_collator(tokenizer, p, seed, index_positions=host_reads_wait()),
         callbacks=[held_out_curve(held_out, int(p.get("eval_every") or 0), curve, score)],
         resume_config=resume_identity(cfg), tensorboard_dir=tensorboard_dir(cfg, run_dir))
     log(f"pretraining: {len(blocks['train'])} blocks of {max_length} tokens, "
