@@ -19,6 +19,9 @@ from tasks.io import hub_reachable
 
 HANGUL = range(0xAC00, 0xD7A4)
 NO_TOKEN_TYPES = {"roberta", "xlm-roberta", "camembert", "deberta-v2"}
+# position ids counted from the pad id (fairseq's make_positions): a row's real tokens take
+# pad_token_id + 1, pad_token_id + 2, …; the pads take pad_token_id, a zero row never trained
+PADDED_POSITIONS = {"roberta", "xlm-roberta", "camembert"}
 
 
 class ModelUnavailable(KotuneError):
@@ -247,6 +250,9 @@ def uses_token_type_ids(config) -> bool:
 
 
 def position_limit(config) -> int:
+    """The tokens a row may hold: ``max_position_embeddings``, less the pad id and the pad's own row
+    where position ids start after the pad id (RoBERTa's 514 with pad id 1: 512)."""
     limit = int(getattr(config, "max_position_embeddings", 512))
-    # RoBERTa-style position ids start after the padding index
-    return limit - 2 if config.model_type in NO_TOKEN_TYPES and limit in (514, 130) else limit
+    if config.model_type in PADDED_POSITIONS:
+        return limit - int(config.pad_token_id or 0) - 1
+    return limit
