@@ -5,8 +5,92 @@ replaced-token detection) and a LoRA adapter's rebuilt base encoder, for BERT, E
 RoBERTa row as long as kotune lets it be (``position_limit``) fits its position table."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+
+from conftest import compose
+from test_pretrain import TINY, corpus, sentences
+
+ARCHS = ("bert", "electra", "roberta")
+UNSEEN = "☃"  # in no training text: [UNK]
+
+
+def vocab_padding_at_three(tmp_path: Path) -> Path:
+    """A bare WordPiece vocabulary directory whose [PAD] is id 3 (as some vocabularies number it), not
+    any architecture's default pad id."""
+    chars = sorted({c for s in sentences() for c in s if not c.isspace()})
+    words = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", *chars, *("##" + c for c in chars)]
+    (tmp_path / "vocab").mkdir()
+    (tmp_path / "vocab" / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    return tmp_path / "vocab"
+
+
+def encoder_side(arch: str, cache_dir: str, *extra: str):
+    from kotune.loading.build import load_encoder_side
+
+    cfg = compose(["model=tiny", f"model.architecture={arch}", f"cache_dir={cache_dir}", *extra])
+    return load_encoder_side(cfg, None, sentences())
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_random_encoder_takes_the_tokenizers_pad_id(arch, cache_dir, tmp_path):
+    vocab = vocab_padding_at_three(tmp_path)
+    side = encoder_side(arch, cache_dir, "model.tokenizer.train=false", f"model.name_or_path={vocab}",
+                        "model.tokenizer_kwargs.do_lower_case=false")
+    assert side.tokenizer.pad_token_id == 3
+    assert side.config.pad_token_id == side.encoder.config.pad_token_id == 3
+    assert side.encoder.get_input_embeddings().padding_idx == 3
+
+
+def test_an_unknown_token_is_a_real_token_to_a_random_roberta(cache_dir):
+    """An [UNK] in a row gets the position of the token it stands for, and the encoder reads it as it
+    reads any token: with [UNK]'s embedding row made that token's, the row gives the states the row
+    with that token gives; the pads (the tokenizer's pad id) take the padding position."""
+    from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
+
+    from heads.model.encoder import position_limit
+
+    side = encoder_side("roberta", cache_dir)
+    tokenizer, encoder = side.tokenizer, side.encoder.eval()
+    assert encoder.config.pad_token_id == tokenizer.pad_token_id != tokenizer.unk_token_id
+    ids = tokenizer([f"숙소가 {UNSEEN} 편했어요", "숙소가"], padding=True, return_tensors="pt")["input_ids"]
+    at = int((ids[0] == tokenizer.unk_token_id).nonzero()[0, 0])
+    known = ids.clone()
+    known[0, at] = ids[0, at + 1]  # another real token in the [UNK]'s place
+    positions = RobertaEmbeddings.create_position_ids_from_input_ids(ids, encoder.embeddings.padding_idx)
+    assert torch.equal(positions, RobertaEmbeddings.create_position_ids_from_input_ids(known, encoder.embeddings.padding_idx))
+    real = ids != tokenizer.pad_token_id
+    assert positions[0].tolist() == list(range(1, ids.size(1) + 1))  # pad id 0: real tokens from 1
+    assert (positions[~real] == encoder.embeddings.padding_idx).all() and (~real).any()
+    with torch.no_grad():
+        rows = encoder.get_input_embeddings().weight
+        rows[tokenizer.unk_token_id] = rows[int(ids[0, at + 1])]
+        mask = real.long()
+        unknown = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        replaced = encoder(input_ids=known, attention_mask=mask).last_hidden_state
+        # and a row as long as kotune lets one be fits the position table
+        longest = position_limit(encoder.config)
+        encoder(input_ids=torch.full((1, longest), int(ids[0, 1])), attention_mask=torch.ones(1, longest, dtype=torch.long))
+    assert torch.allclose(unknown[0], replaced[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("objective, arch, vocab", [("mlm", "roberta", "trained"), ("rtd", "electra", "pad at 3")])
+def test_pretraining_models_built_random_take_the_tokenizers_pad_id(objective, arch, vocab, tmp_path, run_job):
+    """action=pretrain's masked-LM and replaced-token-detection models (discriminator and generator), as saved."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer = [] if vocab == "trained" else ["model.tokenizer.train=false", "model.tokenizer_kwargs.do_lower_case=false",
+                                                f"model.name_or_path={vocab_padding_at_three(tmp_path)}"]
+    res = run_job(TINY + [f"data.train_file={corpus(tmp_path)}", "train.max_steps=1", f"model.architecture={arch}",
+                          f"pretrain.objective={objective}", *tokenizer], "pre")
+    assert res["status"] == "ok", res.get("error")
+    pad = AutoTokenizer.from_pretrained(res["model_dir"]).pad_token_id
+    assert pad == (0 if vocab == "trained" else 3)
+    for folder in (res["model_dir"], res.get("generator_dir")):
+        if folder:
+            assert AutoConfig.from_pretrained(folder).pad_token_id == pad, folder
 
 
 @pytest.mark.parametrize("rows, pad", [(514, 1), (130, 1), (512, 1), (512, 0), (258, 0)])
@@ -25,3 +109,23 @@ def test_a_roberta_row_as_long_as_kotune_allows_fits_its_position_table(rows, pa
         encoder(input_ids=torch.full((1, limit), 5))
         with pytest.raises((IndexError, RuntimeError)):
             encoder(input_ids=torch.full((1, limit + 1), 5))
+
+
+def test_a_pretrained_config_is_kept_as_saved_with_one_line_when_the_pad_ids_differ(tmp_path, caplog):
+    from omegaconf import OmegaConf
+    from transformers import RobertaConfig
+
+    from heads.model.encoder import build_config
+
+    RobertaConfig(vocab_size=10, pad_token_id=1).save_pretrained(tmp_path)
+    model_cfg = OmegaConf.create({"name": "saved", "name_or_path": str(tmp_path), "init": "pretrained"})
+    with caplog.at_level("WARNING", logger="kotune"):
+        config = build_config(model_cfg, 10, 0)
+    assert config.pad_token_id == 1
+    lines = [r.getMessage() for r in caplog.records if "pad" in r.getMessage()]
+    assert lines == ["warning: model saved: the config's pad_token_id=1 is not the tokenizer's pad id 0; "
+                     "the pretrained config is kept as saved"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="kotune"):
+        build_config(model_cfg, 10, 1)
+    assert not caplog.records
