@@ -5,6 +5,7 @@ replaced-token detection) and a LoRA adapter's rebuilt base encoder, for BERT, E
 RoBERTa row as long as kotune lets it be (``position_limit``) fits its position table."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,43 @@ def test_pretraining_models_built_random_take_the_tokenizers_pad_id(objective, a
     for folder in (res["model_dir"], res.get("generator_dir")):
         if folder:
             assert AutoConfig.from_pretrained(folder).pad_token_id == pad, folder
+
+
+def test_a_lora_base_record_rebuilds_the_random_encoder_with_its_pad_id(cache_dir):
+    """The record carries the pad id: the rebuilt base is the trained one, weights and pad id. A record
+    written before it did (no pad id) rebuilds as its encoder was built then: the architecture's default."""
+    from omegaconf import OmegaConf
+
+    from heads.model.encoder import load_encoder
+    from heads.model.feature_cache import weights_digest
+    from heads.model.lora import base_record, rebuild_base
+
+    side = encoder_side("roberta", cache_dir, "mode=lora")
+    record = json.loads(json.dumps(side.base))  # as kotune.json holds it
+    assert record["pad_token_id"] == side.tokenizer.pad_token_id == 0
+    rebuilt = rebuild_base(record, "X")  # refuses weights other than the record's digest
+    assert rebuilt.config.pad_token_id == 0 and rebuilt.embeddings.padding_idx == 0
+    assert weights_digest(rebuilt) == weights_digest(side.encoder)
+    # an older record: its encoder was built with the architecture's pad id (RoBERTa's 1)
+    model_cfg = OmegaConf.create(record["model"])
+    before = load_encoder(model_cfg, vocab_size=record["vocab_size"], seed=record["seed"])
+    old = {k: v for k, v in base_record(record["model"], before, record["seed"]).items() if k != "pad_token_id"}
+    again = rebuild_base(old, "X")
+    assert again.config.pad_token_id == 1 and weights_digest(again) == weights_digest(before)
+
+
+def test_a_lora_run_on_a_random_roberta_saves_and_reads_back_its_pad_id(run_job, tmp_path):
+    from heads.model.kotune_model import KotuneModel
+
+    args = ["task=nli", "model=tiny", "model.architecture=roberta", "data=sample", "mode=lora", "train.max_steps=1"]
+    res = run_job(args, "train")
+    assert res["status"] == "ok", res.get("error")
+    spec = json.loads((tmp_path / "train" / "model" / "kotune.json").read_text(encoding="utf-8"))
+    assert spec["lora"]["base"]["pad_token_id"] == 0
+    assert KotuneModel.load(str(tmp_path / "train" / "model")).bare_encoder().config.pad_token_id == 0
+    again = run_job([*args, "action=eval", f"checkpoint={tmp_path / 'train'}"], "eval")
+    assert again["status"] == "ok", again.get("error")
+    assert again["metrics"] == res["metrics"]
 
 
 @pytest.mark.parametrize("rows, pad", [(514, 1), (130, 1), (512, 1), (512, 0), (258, 0)])
