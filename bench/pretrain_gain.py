@@ -76,7 +76,7 @@ def initial_model(a, pretrain_dir: str, model_dir: str) -> str:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = load_mlm_model(cfg.model, len(tokenizer), int(cfg.train.seed), cfg.pretrain.position_init,
                                cfg.pretrain.attention_init, cfg.pretrain.objective, cfg.pretrain.get("mimetic_alpha"),
-                               cfg.pretrain.get("mimetic_beta"))
+                               cfg.pretrain.get("mimetic_beta"), pad_token_id=tokenizer.pad_token_id)
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
     return path

@@ -79,9 +79,9 @@ def main() -> None:
     for row in blocks["train"]:
         counts += torch.bincount(torch.tensor(row["input_ids"]), minlength=vocab).float()
     unigram = counts / counts.sum()
-    model = load_rtd_model(cfg.model, vocab, 0, settings)
+    model = load_rtd_model(cfg.model, vocab, 0, settings, pad_token_id=tokenizer.pad_token_id)
     if a.arm == "mlm":
-        model = load_mlm_model(cfg.model, vocab, 0, "sinusoidal", "tied_qk")
+        model = load_mlm_model(cfg.model, vocab, 0, "sinusoidal", "tied_qk", pad_token_id=tokenizer.pad_token_id)
     if a.arm == "frozen":
         for name, weight in model.generator.named_parameters():
             weight.requires_grad_(name.startswith("electra.embeddings"))  # the shared embeddings train

@@ -99,16 +99,19 @@ class Case:
 
 
 def small_config(arch: str, vocab: int, pad: int):
-    from transformers import AutoConfig
+    """A small random ``arch`` as kotune configures one (model.init=random): the tokenizer's vocabulary and pad id."""
+    from omegaconf import OmegaConf
 
-    kwargs = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                  max_position_embeddings=514, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                  pad_token_id=pad)  # RoBERTa numbers positions from its pad id: the tokenizer's
+    from heads.model.encoder import build_config
+
+    sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                 max_position_embeddings=514, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     if arch == "electra":
-        kwargs["embedding_size"] = 16
+        sizes["embedding_size"] = 16
     if arch == "roberta":
-        kwargs["type_vocab_size"] = 1
-    return AutoConfig.for_model(arch, **kwargs)
+        sizes["type_vocab_size"] = 1
+    return build_config(OmegaConf.create({"name": "small", "name_or_path": None, "init": "random",
+                                          "architecture": arch, "config_overrides": sizes}), vocab, pad)
 
 
 def model_for(arch: str, case: Case, lora: dict | None = None):

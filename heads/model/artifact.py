@@ -132,6 +132,7 @@ LORA = {
 LORA_BASE = {
     "model": (lambda v: isinstance(v, dict), "the base encoder's model options"),
     "seed": (integer, "an integer"), "vocab_size": (integer, "an integer"),
+    "pad_token_id": (optional(integer), "an integer or null"),
     "digest": (lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{8,128}", v) is not None, "a hex digest"),
 }
 MANIFEST = (lambda v: v is None or isinstance(v, bool) or file_name(v), "the manifest's file name")

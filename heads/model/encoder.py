@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from kotune.core.errors import ConfigError, KotuneError
+from kotune.core.log import warn
 from tasks.io import hub_reachable
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
 
 HANGUL = range(0xAC00, 0xD7A4)
 NO_TOKEN_TYPES = {"roberta", "xlm-roberta", "camembert", "deberta-v2"}
+# position ids counted from the pad id (fairseq's make_positions): a row's real tokens take
+# pad_token_id + 1, pad_token_id + 2, …; the pads take pad_token_id, a zero row never trained
+PADDED_POSITIONS = {"roberta", "xlm-roberta", "camembert"}
 
 
 class ModelUnavailable(KotuneError):
@@ -165,7 +172,10 @@ def check_not_kotune_directory(path: str) -> None:
                           "(adapter_config.json's base_model_name_or_path)")
 
 
-def build_config(model_cfg: DictConfig, vocab_size: int | None):
+def build_config(model_cfg: DictConfig, vocab_size: int | None, pad_token_id: int | None = None) -> PreTrainedConfig:
+    """The encoder's config: a pretrained model's as saved; a random init's from ``model.architecture``
+    with the tokenizer's ``vocab_size`` and ``pad_token_id`` (None: the architecture's default, as a
+    LoRA base record written before the pad id was recorded)."""
     from transformers import AutoConfig
 
     path = model_cfg.get("name_or_path")
@@ -185,14 +195,23 @@ def build_config(model_cfg: DictConfig, vocab_size: int | None):
         if not hasattr(config, key):
             raise ConfigError(f"model.config_overrides.{key}: not a field of {type(config).__name__}")
         setattr(config, key, value)
-    if vocab_size and model_cfg.get("init") == "random":
-        config.vocab_size = vocab_size
+    if model_cfg.get("init") == "random":
+        if vocab_size:
+            config.vocab_size = vocab_size
+        # RoBERTa's default pad id is 1, a trained WordPiece vocabulary's [UNK]: every [UNK] would take
+        # the pads' position and their never-trained embedding row, and the real pads would take positions
+        if pad_token_id is not None:
+            config.pad_token_id = int(pad_token_id)
+    elif pad_token_id is not None and config.pad_token_id is not None and config.pad_token_id != pad_token_id:
+        warn(f"model {model_cfg.name}: the config's pad_token_id={config.pad_token_id} is not the tokenizer's pad id "
+             f"{pad_token_id}; the pretrained config is kept as saved")
     return config
 
 
 def load_encoder(model_cfg: DictConfig, vocab_size: int | None, seed: int,
-                 head_kind: str | None = None) -> torch.nn.Module:
-    """``AutoModel`` without any task head. A pretrained BERT's pooler is kept only for a
+                 head_kind: str | None = None, pad_token_id: int | None = None) -> torch.nn.Module:
+    """``AutoModel`` without any task head (``vocab_size``, ``pad_token_id``: the tokenizer's, for a
+    random init, :func:`build_config`). A pretrained BERT's pooler is kept only for a
     ``head_kind`` whose native head is that pooler (``Head.takes_pooler``: the sequence head; KotuneModel
     moves it into the head)."""
     from transformers import AutoModel
@@ -203,7 +222,7 @@ def load_encoder(model_cfg: DictConfig, vocab_size: int | None, seed: int,
     init = model_cfg.get("init", "pretrained")
     if init not in ("pretrained", "random"):
         raise ConfigError(f"model.init must be pretrained or random, got '{init}'")
-    config = build_config(model_cfg, vocab_size)
+    config = build_config(model_cfg, vocab_size, pad_token_id)
     # a random pooler is just a fresh head layer: the head inits its own, so one seed gives one
     # encoder whatever the head (a pooler built here would shift the encoder's random init)
     keep_pooler = init == "pretrained" and head_kind is not None and takes_pooler(config, HEADS.get(resolve(head_kind, {})[0]))
@@ -247,6 +266,9 @@ def uses_token_type_ids(config) -> bool:
 
 
 def position_limit(config) -> int:
+    """The tokens a row may hold: ``max_position_embeddings``, less the pad id and the pad's own row
+    where position ids start after the pad id (RoBERTa's 514 with pad id 1: 512)."""
     limit = int(getattr(config, "max_position_embeddings", 512))
-    # RoBERTa-style position ids start after the padding index
-    return limit - 2 if config.model_type in NO_TOKEN_TYPES and limit in (514, 130) else limit
+    if config.model_type in PADDED_POSITIONS:
+        return limit - int(config.pad_token_id or 0) - 1
+    return limit

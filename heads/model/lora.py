@@ -78,7 +78,7 @@ def resolve_targets(encoder: nn.Module, requested: Any) -> list[str] | str:
 
 def base_record(model_cfg: dict, encoder: nn.Module, seed: int) -> dict:
     """What rebuilds the base encoder of an adapter: the model options (``heads.model.encoder.load_encoder``'s
-    input, a local path made absolute), the seed of a random init, its vocabulary size before a
+    input, a local path made absolute), the seed and pad id of a random init, its vocabulary size before a
     task added tokens, and a digest of its weights that a reload must match."""
     from heads.model.feature_cache import weights_digest
 
@@ -87,12 +87,13 @@ def base_record(model_cfg: dict, encoder: nn.Module, seed: int) -> dict:
     if path and os.path.isdir(os.path.expanduser(str(path))):
         plain["name_or_path"] = os.path.abspath(os.path.expanduser(str(path)))
     return {"model": plain, "seed": int(seed), "vocab_size": int(encoder.get_input_embeddings().num_embeddings),
-            "digest": weights_digest(encoder, skip=SKIPPED_IN_DIGEST)}
+            "pad_token_id": encoder.config.pad_token_id, "digest": weights_digest(encoder, skip=SKIPPED_IN_DIGEST)}
 
 
 def rebuild_base(record: dict, where: str) -> nn.Module:
     """The base encoder of ``record`` (``base_record``), exactly: from its path or hub id, or
-    re-initialised with its seed; weights that differ from training's are an error."""
+    re-initialised with its seed (and pad id: a record without one, written before kotune recorded it,
+    gets the architecture's default, as its encoder did); weights that differ from training's are an error."""
     from omegaconf import OmegaConf
 
     from heads.model.encoder import ModelUnavailable, load_encoder
@@ -101,7 +102,8 @@ def rebuild_base(record: dict, where: str) -> nn.Module:
     model_cfg = OmegaConf.create(record["model"])
     source = model_cfg.get("name_or_path") or model_cfg.get("name")
     try:
-        encoder = load_encoder(model_cfg, vocab_size=int(record["vocab_size"]), seed=int(record["seed"]))
+        encoder = load_encoder(model_cfg, vocab_size=int(record["vocab_size"]), seed=int(record["seed"]),
+                               pad_token_id=record.get("pad_token_id"))
     except (ModelUnavailable, OSError) as e:
         raise KotuneError(f"{where}: a LoRA checkpoint holds the adapter only; its base encoder ({source}) "
                           f"cannot be loaded: {str(e).splitlines()[0]}") from None

@@ -142,16 +142,17 @@ def warn_inits_ignored(model_cfg: DictConfig, position_init: str, attention_init
 
 def load_mlm_model(model_cfg: DictConfig, vocab_size: int | None, seed: int,
                    position_init: str = "random", attention_init: str = "random", objective: str = "mlm",
-                   mimetic_alpha=None, mimetic_beta=None) -> torch.nn.Module:
+                   mimetic_alpha=None, mimetic_beta=None, pad_token_id: int | None = None) -> torch.nn.Module:
     """``AutoModelForMaskedLM`` (``objective`` mlm+nsp: BERT's ``AutoModelForPreTraining``); a
     checkpoint without those heads gets fresh ones (warning). Random init only: ``position_init``
     random | sinusoidal, ``attention_init`` random | tied_qk | mimetic (``mimetic_alpha``,
-    ``mimetic_beta``: [query-key, value-output], None: ``MIMETIC_ALPHA`` / ``MIMETIC_BETA``)."""
+    ``mimetic_beta``: [query-key, value-output], None: ``MIMETIC_ALPHA`` / ``MIMETIC_BETA``), and the
+    tokenizer's ``pad_token_id`` (heads/model/encoder.py's ``build_config``)."""
     from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
 
     init = checked_init(model_cfg, position_init, attention_init)
     alpha, beta = mimetic_scales(mimetic_alpha, mimetic_beta)
-    config = build_config(model_cfg, vocab_size)
+    config = build_config(model_cfg, vocab_size, pad_token_id)
     if objective == "mlm+nsp" and config.model_type != "bert":
         raise ConfigError(f"pretrain.objective=mlm+nsp needs a BERT model: {config.model_type} has no "
                           "next-sentence head (use pretrain.objective=mlm)")

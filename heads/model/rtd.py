@@ -183,18 +183,20 @@ def rtd_counts(batch: dict) -> torch.Tensor:
     return torch.stack([labelled(batch["labels"]), real.to(batch["labels"].device)])
 
 
-def load_rtd_model(model_cfg: DictConfig, vocab_size: int | None, seed: int, p: DictConfig) -> ReplacedTokenDetection:
+def load_rtd_model(model_cfg: DictConfig, vocab_size: int | None, seed: int, p: DictConfig,
+                   pad_token_id: int | None = None) -> ReplacedTokenDetection:
     """The discriminator (``ElectraForPreTraining``: from a checkpoint, its own
     ``discriminator_predictions`` reused; or from its config with random weights, ``pretrain``'s
     position and attention inits applied) and the generator (``pretrain.generator``: a saved
     ``ElectraForMaskedLM`` directory; else a fresh one ``pretrain.generator_size`` as wide). Any
-    other architecture is refused."""
+    other architecture is refused. ``pad_token_id``: the tokenizer's, for a random init
+    (heads/model/encoder.py's ``build_config``); the generator's config is the discriminator's."""
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
     position_init, attention_init = p.get("position_init") or "random", p.get("attention_init") or "random"
     init = checked_init(model_cfg, position_init, attention_init)
     alpha, beta = mimetic_scales(p.get("mimetic_alpha"), p.get("mimetic_beta"))
-    config = build_config(model_cfg, vocab_size)
+    config = build_config(model_cfg, vocab_size, pad_token_id)
     if config.model_type != "electra":
         raise ConfigError(f"pretrain.objective=rtd needs an ELECTRA model: model {model_cfg.name} is "
                           f"{config.model_type} (model=koelectra or kr-electra, or model.architecture=electra "

@@ -63,11 +63,11 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
         pretrain.check_vocabulary(tokenizer, cfg.model, text["train"].source)
         warn_unknown_hangul(tokenizer, text["train"].lines)
         if objective == "rtd":
-            model = load_rtd_model(cfg.model, len(tokenizer), seed, p)
+            model = load_rtd_model(cfg.model, len(tokenizer), seed, p, pad_token_id=tokenizer.pad_token_id)
         else:
             model = load_mlm_model(cfg.model, len(tokenizer), seed, p.get("position_init") or "random",
                                    p.get("attention_init") or "random", objective,
-                                   p.get("mimetic_alpha"), p.get("mimetic_beta"))
+                                   p.get("mimetic_alpha"), p.get("mimetic_beta"), pad_token_id=tokenizer.pad_token_id)
         max_length = resolve_max_length(int(cfg.train.max_length), model.config)
         if cfg.train.get("batch_tokens"):  # every packed block is max_length tokens long: the budget is rows
             cfg.train.batch_size = max(1, int(cfg.train.batch_tokens) // max_length)

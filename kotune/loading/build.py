@@ -40,7 +40,7 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
         log(f"building encoder ({cfg.model.init}: {cfg.model.name_or_path or cfg.model.name})")
         # a sequence head starts from a pretrained BERT's pooler (heads/native.py): keep it for them
         encoder = load_encoder(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.train.seed),
-                               head_kind=task.head if task is not None else None)
+                               head_kind=task.head if task is not None else None, pad_token_id=tokenizer.pad_token_id)
     base = None
     if encoder is not None and cfg.mode.get("lora"):  # recorded before a task's tokens grow the embeddings
         from heads.model.lora import base_record
@@ -51,7 +51,7 @@ def load_encoder_side(cfg: DictConfig, task: Task | None, texts: Iterable[str] |
         warn(f"mode=frozen: the {added} token(s) task {task.name} adds ({', '.join(task.special_tokens)}) "
             "keep random embeddings (the encoder does not train); a frozen encoder reads marked entities best "
             "with tokens it knows (RE: task.markers=typed_punct)")
-    config = encoder.config if encoder is not None else build_config(cfg.model, len(tokenizer))
+    config = encoder.config if encoder is not None else build_config(cfg.model, len(tokenizer), tokenizer.pad_token_id)
     return Encoder(tokenizer, config, resolve_max_length(requested_max_length(cfg), config),
                    uses_token_type_ids(config), encoder=encoder, base=base)
 
