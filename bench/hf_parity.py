@@ -84,7 +84,6 @@ def logit_parity(head: str, checkpoint: Path, cache: Path) -> float:
 
     from kotune.loading.build import build
 
-    from kotune.loading.built import make_collator
     from kotune.export.native import head_key_map
 
     cfg = compose(overrides_for(head, checkpoint, 1, 0, cache))
@@ -94,7 +93,7 @@ def logit_parity(head: str, checkpoint: Path, cache: Path) -> float:
     mapping = head_key_map(model)
     hf.load_state_dict({mapping[k]: v for k, v in model.head.state_dict().items()}, strict=False)
     rows = b.inputs["validation"].select(range(min(32, len(b.inputs["validation"]))))
-    batch = make_collator(b.tokenizer, cfg)([rows[i] for i in range(len(rows))])
+    batch = b.collator([rows[i] for i in range(len(rows))])
     inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
     real = inputs["attention_mask"].bool()
     with torch.no_grad():
@@ -120,7 +119,9 @@ def hf_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, wo
     """The stock recipe on the same features; kotune's task decodes and scores its logits."""
     from transformers import AutoTokenizer, Trainer
 
-    from kotune.loading.built import make_collator, requested_max_length
+    from kotune.devices import pad_multiple
+    from kotune.loading.built import make_collator
+    from kotune.loading.reconcile import requested_max_length
     from kotune.training.arguments import training_arguments
     from tasks import build_task
     from tasks.base import EncodeSettings
@@ -138,7 +139,7 @@ def hf_score(head: str, checkpoint: Path, steps: int, seed: int, cache: Path, wo
     model = hf_model(head, checkpoint, task, seed)
     args = training_arguments(cfg, str(work / f"hf-{head}-{seed}"), list(task.label_fields), do_eval=False)
     trainer = Trainer(model=model, args=args, train_dataset=inputs["train"],
-                      data_collator=make_collator(tokenizer, cfg))
+                      data_collator=make_collator(tokenizer, pad_multiple(cfg.train)))
     trainer.train()
     predictions = trainer.predict(inputs["validation"]).predictions
     examples = splits["validation"].examples

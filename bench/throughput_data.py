@@ -101,7 +101,7 @@ class Bench:
         feats = self.features.select(rows)
         exs = [self.examples[i] for i in rows]
         b = Built(self.built.task, {split: Split(exs, {})}, self.built.tokenizer, self.model,
-                      {split: feats}, self.built.max_length)
+                      {split: feats}, self.built.max_length, self.built.collator)
         if split == "train":  # make_trainer wants a validation split to exist
             b.features["validation"], b.splits["validation"] = feats, Split(exs, {})
             b.inputs["validation"] = b.inputs["train"]

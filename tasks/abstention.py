@@ -11,12 +11,23 @@ confidence, most confident first; risk = 1 - accuracy of the answered rows; cove
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, NamedTuple, Sequence
 
 from kotune.core.errors import ConfigError
 
 ABSTAIN = "abstain"  # the prediction field of an abstained row (predictions.jsonl, the server)
 MAX_CURVE_POINTS = 50  # results.json's curve: at most this many points of the exact curve
+REPORT_FIELDS = ("min_confidence", "n", "answered", "coverage", "accuracy", "risk", "metrics", "aurc", "curve",
+                 "plot")
+
+
+class Assessed(NamedTuple):
+    """A split's predictions under ``predict.min_confidence``: per row, whether it abstains;
+    results.json's ``abstention`` entry; the exact risk–coverage curve (empty without gold labels)."""
+
+    flags: list[bool] | None
+    entry: dict | None
+    curve: list[dict]
 
 
 def checked_threshold(value, task) -> float | None:
@@ -39,6 +50,30 @@ def checked_threshold(value, task) -> float | None:
 def abstains(confidences: Sequence[float], threshold: float) -> list[bool]:
     """Per row, whether it abstains: its confidence strictly below ``threshold``."""
     return [float(c) < float(threshold) for c in confidences]
+
+
+def assess(p: float | None, task, outputs: list[Any], examples: list[dict], scored: bool) -> Assessed:
+    """The predictions under the threshold ``p`` (``Built.min_confidence``; None: off, no flags and
+    no entry): which rows abstain, and results.json's ``abstention`` entry with every field present,
+    None where it does not apply (no gold labels: no accuracy, curve or plot; the caller adds the plot)."""
+    if p is None:
+        return Assessed(None, None, [])
+    top = task.top_predictions(outputs)
+    flags = abstains([conf for _, conf in top], p)
+    entry: dict[str, Any] = dict.fromkeys(REPORT_FIELDS)
+    entry.update(min_confidence=p, n=len(flags), answered=sum(not f for f in flags), coverage=coverage(flags))
+    if not scored or not all("label" in ex for ex in examples):
+        return Assessed(flags, entry, [])
+    correct = [label == str(ex["label"]) for (label, _), ex in zip(top, examples)]
+    entry["risk"] = risk(correct, flags)
+    entry["accuracy"] = None if entry["risk"] is None else 100.0 * (1.0 - entry["risk"])  # ×100, as metrics
+    kept = [i for i, f in enumerate(flags) if not f]
+    if kept:
+        entry["metrics"] = task.score([outputs[i] for i in kept], [examples[i] for i in kept])
+    curve = risk_coverage_curve([conf for _, conf in top], correct)
+    entry["aurc"] = area_under_curve(curve)
+    entry["curve"] = thin(curve)
+    return Assessed(flags, entry, curve)
 
 
 def abstained(threshold: float | None, task, outputs: list) -> list[bool] | None:

@@ -46,7 +46,7 @@ def test_aurc_ranks_by_full_precision_not_the_rounded_probabilities():
 
     import numpy as np
 
-    from kotune.calibration.abstention import report
+    from tasks.abstention import assess
     from tasks import build_task
 
     cfg = compose(["task=text_cls", "predict.min_confidence=0.5"])
@@ -56,7 +56,7 @@ def test_aurc_ranks_by_full_precision_not_the_rounded_probabilities():
     outputs = task.decode(np.array([[z, 0.0] for z in logit]), None, [{}] * 3)
     assert [max(o.probabilities.values()) for o in outputs] == [0.9, 0.9, 0.7]  # as predictions.jsonl shows them
     examples = [{"id": str(i), "text": "t", "label": label} for i, label in enumerate(["b", "a", "a"])]
-    entry = report(0.5, task, outputs, examples, scored=True, run_dir=None)
+    entry = assess(0.5, task, outputs, examples, scored=True).entry
     # exact: (1/3, risk 1), (2/3, 1/2), (1, 1/3) → 1/3 · (1 + 1/2 + 1/3); rounded, the first two tie: 2/3 · 1/2 + 1/3 · 1/3
     assert [p["coverage"] for p in entry["curve"]] == pytest.approx([1 / 3, 2 / 3, 1])
     assert entry["aurc"] == pytest.approx((1 + 1 / 2 + 1 / 3) / 3)

@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from conftest import assert_best_evaluation_kept, compose, encoder_inputs
@@ -340,15 +341,14 @@ def native_predictions(trained, export: dict, out: Path) -> list[dict]:
 
     from kotune.loading.build import build
 
-    from kotune.loading.built import make_collator
-    from kotune.inference.predict import predict, write_predictions
+    from kotune.inference.predict import predict, run_report
     from kotune.training.trainer import make_trainer
 
     cfg = compose([*trained["options"], *TINY, f"checkpoint={trained['root'] / 'plain'}",
                    f"cache_dir={trained['cache']}"])
     b = build(cfg, ("validation",))
     rows = b.inputs["validation"]
-    batch = make_collator(b.tokenizer, cfg)([rows[i] for i in range(min(8, len(rows)))])
+    batch = b.collator([rows[i] for i in range(min(8, len(rows)))])
     with torch.no_grad():
         mine = b.model.eval()(**batch)["logits"]
         native = getattr(transformers, export["native_class"]).from_pretrained(export["export_dir"])
@@ -359,7 +359,7 @@ def native_predictions(trained, export: dict, out: Path) -> list[dict]:
             a, t = a[real], t[real]
         assert torch.allclose(a, t, atol=1e-5), (a - t).abs().max()
     outputs, _ = predict(make_trainer(cfg, b, str(out)), b, "validation")
-    write_predictions(str(out), b, "validation", outputs)
+    run_report(OmegaConf.merge(cfg, {"save_predictions": True}), str(out), b, "validation", outputs, {})
     return predictions(out)
 
 
@@ -410,8 +410,7 @@ def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_
 
     from kotune.export.onnx import OnnxModel
     from kotune.loading.build import build
-    from kotune.loading.built import make_collator
-    from kotune.inference.model_runtimes import BatchPredictor
+    from heads.model.inference import BatchPredictor
     from kotune.inference.model_runtimes import torch_forward
     from tasks.collate import in_order, length_order
 
@@ -426,7 +425,7 @@ def test_onnx_export_gives_the_checkpoints_logits_and_predictions_or_refuses_in_
     cfg = compose([*trained["options"], *TINY, f"checkpoint={run}", f"cache_dir={trained['cache']}"])
     b = build(cfg, ("validation",))
     rows = in_order(b.inputs["validation"], length_order(b.features["validation"]))
-    collator = make_collator(b.tokenizer, cfg)
+    collator = b.collator
     ours = BatchPredictor(torch_forward(b.model), 16, collator).predict(rows).predictions
     theirs = BatchPredictor(OnnxModel(export), 16, collator).predict(rows).predictions
     ours, theirs = (x if isinstance(x, tuple) else (x,) for x in (ours, theirs))

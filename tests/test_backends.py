@@ -166,8 +166,8 @@ def test_a_plugin_runtime_runs_its_model_through_a_batch_predictor(registered, m
 
     class Built:
         model, tokenizer = DoublingModel(), None
+        collator = staticmethod(lambda rows: [[r] for r in rows])
 
-    monkeypatch.setattr(model_runtimes, "make_collator", lambda tokenizer, cfg: lambda rows: [[r] for r in rows])
     cfg = OmegaConf.create({"train": {"eval_batch_size": 2}})
     predictor = model_runtimes.predictor_for(cfg, Built(), "RUN_DIR")
     assert isinstance(predictor, model_runtimes.BatchPredictor) and runtime_of(DoublingModel()).kind == "doubling"

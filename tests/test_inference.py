@@ -97,13 +97,14 @@ def demo(tmp_path_factory, cache_dir):
 
 def test_a_small_token_budget_splits_batches_and_changes_no_output(demo):
     from kotune.loading.build import build
-    from kotune.inference.model_runtimes import BatchPredictor, batch_predictor
+    from heads.model.inference import BatchPredictor
+    from kotune.inference.model_runtimes import batch_predictor
     from kotune.inference.predict import predict_logits
 
     cfg = compose([*DEMO, f"checkpoint={demo['run']}", f"cache_dir={demo['cache']}", "predict.batch_tokens=96"])
     b = build(cfg, ("validation",))
     features, rows = b.features["validation"], b.inputs["validation"]
-    budgeted = batch_predictor(cfg, b.model, b.tokenizer)
+    budgeted = batch_predictor(cfg, b.model, b.collator)
     assert isinstance(budgeted, BatchPredictor) and budgeted.batch_tokens == 96
     shapes, forward = [], budgeted.forward
 

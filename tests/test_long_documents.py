@@ -134,8 +134,6 @@ def test_the_built_model_pools_its_windows_as_task_window_pool_says(tmp_path, ca
 
     from kotune.loading.build import build
 
-    from kotune.loading.built import make_collator
-
     train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
     train.write_text(documents(16, 1), encoding="utf-8")
     dev.write_text(documents(6, 2), encoding="utf-8")
@@ -148,7 +146,7 @@ def test_the_built_model_pools_its_windows_as_task_window_pool_says(tmp_path, ca
         model, rows = b.model.eval(), list(b.inputs["validation"])
         with torch.no_grad():  # a random encoder reads all windows alike: the head's output layer spreads them
             [m for m in model.head.modules() if isinstance(m, torch.nn.Linear)][-1].weight.mul_(10.0)
-        batch = make_collator(b.tokenizer, cfg)(rows)
+        batch = b.collator(rows)
         assert batch["window_doc"].tolist() != list(range(len(rows)))  # documents of several windows
         with torch.no_grad():
             logits[pool] = model(**batch)["logits"]

@@ -55,13 +55,12 @@ def test_onnx_logits_equal_kotunes_on_the_demo_dev_set_and_int8_agrees(demo):
 
     from kotune.export.onnx import OnnxModel
     from kotune.loading.build import build
-    from kotune.loading.built import make_collator
-    from kotune.inference.model_runtimes import BatchPredictor
+    from heads.model.inference import BatchPredictor
     from kotune.inference.model_runtimes import torch_forward
 
     cfg = compose([*DEMO, f"checkpoint={demo['root'] / 'train'}", f"cache_dir={demo['cache']}"])
     b = build(cfg, ("validation",))
-    rows, collator = b.inputs["validation"], make_collator(b.tokenizer, cfg)
+    rows, collator = b.inputs["validation"], b.collator
     assert len(rows) == 471
     ours = BatchPredictor(torch_forward(b.model), 32, collator).predict(rows).predictions
     fp32 = BatchPredictor(OnnxModel(str(demo["export"]), "model.onnx"), 32, collator).predict(rows).predictions

@@ -1,7 +1,7 @@
 """Where and how a model answers at inference (``predict.device``, ``predict.precision``,
 ``predict.batch_tokens``), and the one forward every inference path runs a torch model through:
 action=serve and ``kotune.load`` (kotune/inference/model_runtimes.py's torch forward, a native export's), action=rerank,
-predict and eval run outside Trainer (kotune/inference/model_runtimes.py's BatchPredictor), action=embed and a
+predict and eval run outside Trainer (:class:`BatchPredictor`, below), action=embed and a
 bi-encoder's vectors (heads/model/embed.py) and the distillation teacher's logits
 (heads/distill/teacher_cache.py): all of them call :meth:`Inference.forward`, so none can forget the
 device. The model is moved once (:meth:`Inference.place`), each batch's inputs are moved in the
@@ -9,12 +9,14 @@ forward, and the outputs come back to the CPU (numpy, float32) at the end of the
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from kotune.core.errors import ConfigError
+from tasks.base import IGNORE
 
 DEVICES = "auto, cpu, cuda or cuda:N"
 # torch is imported where a batch runs, not with this module: the command line answers a config or data
@@ -182,3 +184,52 @@ def check_batch_tokens(value: Any) -> int | None:
         raise ConfigError(f"predict.batch_tokens={value}: expected a positive number of tokens (rows × padded "
                           "length per batch), or null")
     return tokens
+
+
+# ---- batches run outside Trainer -------------------------------------------------------------
+def concat_padded(parts: list) -> Any:
+    """Batch outputs as one array per output, as ``Trainer.predict`` joins them: rows stacked, a
+    token axis (axis 1) that differs between batches padded with -100 (decoders read real slots only)."""
+    if isinstance(parts[0], tuple):
+        return tuple(concat_padded([p[k] for p in parts]) for k in range(len(parts[0])))
+    parts = [np.asarray(p) for p in parts]
+    if all(p.shape[1:] == parts[0].shape[1:] for p in parts):
+        return np.concatenate(parts)
+    out = np.full((sum(len(p) for p in parts), max(p.shape[1] for p in parts), *parts[0].shape[2:]), IGNORE,
+                  dtype=parts[0].dtype)
+    row = 0
+    for p in parts:
+        out[row:row + len(p), : p.shape[1]] = p
+        row += len(p)
+    return out
+
+
+class BatchPredictor:
+    """``Trainer.predict`` for a model Trainer does not run: rows in the order given, ``batch_size``
+    at a time (or, with ``batch_tokens``, as many as keep rows × padded length within it: a long
+    request is split, never one batch past the budget: :func:`check_batch_tokens`), padded by the
+    training collator, through ``forward`` (a padded batch → logits). ``inference`` and ``provider``
+    (an ONNX export's execution provider) say where ``forward`` runs: reported, not read."""
+
+    def __init__(self, forward: Callable[[dict], Any], batch_size: int, collator, batch_tokens: Any = None,
+                 inference: Inference | None = None, provider: str | None = None):
+        self.forward, self.batch_size, self.collator = forward, max(1, int(batch_size)), collator
+        self.batch_tokens = check_batch_tokens(batch_tokens)
+        self.inference, self.provider = inference, provider
+
+    def predict(self, rows):
+        from transformers.trainer_utils import PredictionOutput
+
+        started, parts = time.perf_counter(), []
+        sizes = row_sizes(rows) if self.batch_tokens else [(1, 1)] * len(rows)  # no budget: batch_size rows
+        for batch in token_batches(sizes, self.batch_tokens, self.batch_size, getattr(self.collator, "multiple", 1)):
+            parts.append(self.forward(self.collator([rows[i] for i in batch])))  # rows read a batch at a time
+        speed = len(rows) / max(time.perf_counter() - started, 1e-9)
+        return PredictionOutput(predictions=concat_padded(parts), label_ids=None,
+                                metrics={"test_samples_per_second": speed})
+
+    def inference_report(self) -> dict:
+        """Where the batches ran (results.json ``inference``, serve's /health): the device, precision
+        and token budget, an ONNX export's execution provider (Trainer's own: kotune/training/trainer.py's ``KotuneTrainer.inference_report``)."""
+        chosen = self.inference or Inference()
+        return {**chosen.describe(), "batch_tokens": self.batch_tokens, "provider": self.provider, "runner": "kotune"}

@@ -59,7 +59,6 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     positive = None if labels is None else rerank.positive_label(labels, options.get("positive_label"))
     score = "the regression value" if labels is None else f"the probability of label {positive}"
     log(f"reranking {len(candidates)} candidates for {len(queries)} queries: the score is {score}")
-    from kotune.inference.model_runtimes import inference_report
     from kotune.inference.predict import predict_logits
 
     started, records = time.perf_counter(), []
@@ -76,5 +75,5 @@ def run(cfg: DictConfig, run_dir: str) -> dict:
     pairs = len(queries) * len(candidates)
     return {"n_queries": len(queries), "n_candidates": len(candidates), "n_pairs": pairs, "score": score,
             "positive_label": positive, "top_k": top_k, "runtime": str(served.runtime),
-            "inference": inference_report(served.b.model, served.batches),
+            "inference": served.batches.inference_report(),
             "pairs_per_second": round(pairs / max(seconds, 1e-9), 1), "rankings_file": path, "metrics": {}}

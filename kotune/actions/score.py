@@ -37,8 +37,7 @@ def scored_abstention(task, values: list, gold: list[dict], kept: list[int], met
     """results.json's ``abstention`` for a file with abstained rows: coverage, and the answered rows'
     accuracy, risk and metrics (the file does not say its threshold; no curve: the abstained rows'
     answers are not read)."""
-    from kotune.calibration.abstention import REPORT_FIELDS
-    from tasks.abstention import coverage, risk
+    from tasks.abstention import REPORT_FIELDS, coverage, risk
 
     why = task.abstention_refusal()
     if why:

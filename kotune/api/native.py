@@ -153,7 +153,8 @@ def load_native(path: str, task) -> tuple[NativeModel, Any]:
 
 def native_predictor(path: str, overrides: list[str]):
     """``action=serve``'s predictor over the native export at ``path``."""
-    from kotune.loading.built import Built, use_padding_free
+    from kotune.devices import pad_multiple
+    from kotune.loading.built import Built, make_collator, use_padding_free
     from kotune.loading.reconcile import task_for_checkpoint
     from kotune.inference.model_runtimes import batch_predictor
     from kotune.serving.app import Predictor, servable
@@ -175,9 +176,9 @@ def native_predictor(path: str, overrides: list[str]):
     servable(task)
     predictor = Predictor.__new__(Predictor)  # serving's predictor, over a model it did not build
     use_padding_free(model, bool(cfg.model.get("padding_free")))  # a native export runs padded: refused in one line
-    predictor.b = Built(task, {}, tokenizer, model, {}, max_length)
+    predictor.b = Built(task, {}, tokenizer, model, {}, max_length, make_collator(tokenizer, pad_multiple(cfg.train)))
     predictor.b.settings = EncodeSettings(max_length=max_length, token_type_ids=meta["token_type_ids"])
     predictor.b.min_confidence = checked_threshold((cfg.get("predict") or {}).get("min_confidence"), task)
     predictor.runtime = model.runtime
-    predictor.batches = batch_predictor(cfg, model, tokenizer)  # predict.device, precision, batch_tokens
+    predictor.batches = batch_predictor(cfg, model, predictor.b.collator)  # predict.device, precision, batch_tokens
     return predictor

@@ -60,7 +60,7 @@ class Runtime:
 
     registered_name: ClassVar[str]  # set by kotune.register_runtime
     # the batches run through transformers' Trainer (a torch module with kotune's forward); else a
-    # BatchPredictor runs forward(model) (kotune/inference/model_runtimes.py)
+    # BatchPredictor runs forward(model) (kotune/inference/model_runtimes.py's batch_predictor)
     trainer: ClassVar[bool] = False
     # a kotune model: a checkpoint's saved mode (frozen, layers, pooling, LoRA) is checked against the
     # job's (kotune/loading/build.py); an export is a plain native model, read as it is
@@ -68,7 +68,7 @@ class Runtime:
     # what kotune.load's Predictor calls a model of this runtime (describe()["kind"]): kotune, onnx, native
     kind: ClassVar[str] = "export"
     # where and how the batches run (heads/model/inference.py's Inference: predict.device, predict.precision),
-    # set by kotune/inference/model_runtimes.py's batch_forward before forward(model) is asked for; None: the CPU, fp32
+    # set by kotune/inference/model_runtimes.py's batch_predictor before forward(model) is asked for; None: the CPU, fp32
     inference: Any = None
 
     def forward(self, model: Any) -> Callable[[dict], Any]:

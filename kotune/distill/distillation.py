@@ -201,7 +201,7 @@ class Distillation:
         from tasks import build_task
 
         teacher = self.teacher
-        predictor = batch_predictor(cfg, teacher.model, b.tokenizer)  # predict.device, precision, batch_tokens
+        predictor = batch_predictor(cfg, teacher.model, b.collator)  # predict.device, precision, batch_tokens
         # decided as the teacher decides (multi-label: its own tuned thresholds), not as the student
         task = task_for_checkpoint(build_task(cfg.task), teacher.meta | {"head": teacher.model.head_description()},
                                    self.opts.teacher)

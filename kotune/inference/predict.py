@@ -12,16 +12,17 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from kotune.calibration import abstention
+from kotune.calibration.abstention import write_plot
 from kotune.loading.from_checkpoint import build_from_checkpoint
 from kotune.loading.built import Built
 from kotune.devices import is_rank_zero, local_rank_zero_first
-from kotune.inference.model_runtimes import inference_report, predictor_for
-from tasks.abstention import abstained, mark
+from kotune.inference.model_runtimes import predictor_for
+from tasks.abstention import assess, mark
 from kotune.core.errors import ConfigError
 from kotune.core.files import write_jsonl_atomic
 from kotune.core.log import log
 
+PREDICTIONS_FILE = "predictions.jsonl"
 REPORT_KEYS = ("head", "n_train", "n_eval", "n_predict", "n_tune", "n_select", "n_calibrate", "trainable_params",
                "total_params",
                "head_params", "mix_params",
@@ -71,21 +72,19 @@ def fit_decision(trainer, b: Built) -> None:
     b.model.meta.setdefault("task_options", {}).update(b.task.fitted_options())
 
 
-def write_predictions(run_dir: str, b: Built, split: str, outputs: list) -> str:
-    """predictions.jsonl in input order, each record marked abstained or not where
-    predict.min_confidence is set (tasks/abstention.py), plus the task's own files (QA: predictions.json)."""
-    path = os.path.join(run_dir, "predictions.jsonl")
-    records = b.task.prediction_records(outputs, b.splits[split].examples)
-    write_jsonl_atomic(path, mark(records, abstained(b.min_confidence, b.task, outputs)))
-    b.task.write_outputs(run_dir, outputs, b.splits[split].examples)
-    return path
-
-
 def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: list, speed: dict, **extra) -> dict:
     """The one results.json body of train, eval and predict: every key always present (None where
-    it does not apply), so tables can be built over any mix of runs."""
+    it does not apply), so tables can be built over any mix of runs. Where asked
+    (``save_predictions``; always for action=predict), predictions.jsonl in input order, every record
+    marked abstained or not where predict.min_confidence is set, and the task's own files (QA:
+    predictions.json)."""
     log(b.model.describe())
-    scored = split == "validation"
+    scored, examples = split == "validation", b.splits[split].examples
+    writing = (cfg.save_predictions or split == "predict") and is_rank_zero()
+    abstention = assess(b.min_confidence, b.task, outputs, examples, scored)
+    records = mark(b.task.prediction_records(outputs, examples), abstention.flags) if writing else None
+    if abstention.curve and is_rank_zero():
+        abstention.entry["plot"] = write_plot(run_dir, abstention.curve, abstention.entry, b.task.name)
     report = dict.fromkeys(REPORT_KEYS)
     report.update(
         {f"n_{'eval' if s == 'validation' else s}": len(d.examples) for s, d in b.splits.items()},
@@ -94,12 +93,12 @@ def run_report(cfg: DictConfig, run_dir: str, b: Built, split: str, outputs: lis
         **b.model.report(), max_length=b.max_length, cache=b.cache_report or {"status": "off"},
         encode_s=b.cache_report.get("encode_s"), **speed, checkpoint=cfg.get("checkpoint"),
         class_weights=b.class_weights, decision=b.task.decision(),
-        metrics=b.task.score(outputs, b.splits[split].examples) if scored else {},
-        data={s: d.source for s, d in b.splits.items()},
-        abstention=abstention.report(b.min_confidence, b.task, outputs, b.splits[split].examples, scored,
-                                     run_dir if is_rank_zero() else None))
-    if (cfg.save_predictions or split == "predict") and is_rank_zero():
-        report["predictions_file"] = write_predictions(run_dir, b, split, outputs)
+        metrics=b.task.score(outputs, examples) if scored else {},
+        data={s: d.source for s, d in b.splits.items()}, abstention=abstention.entry)
+    if records is not None:
+        report["predictions_file"] = os.path.join(run_dir, PREDICTIONS_FILE)
+        write_jsonl_atomic(report["predictions_file"], records)
+        b.task.write_outputs(run_dir, outputs, examples)
     report.update(extra)
     unknown = set(report) - set(REPORT_KEYS)
     assert not unknown, f"results keys outside REPORT_KEYS: {unknown}"  # one schema for every action
@@ -115,4 +114,4 @@ def predict_from_checkpoint(cfg: DictConfig, run_dir: str, split: str, usage: st
         b = build_from_checkpoint(cfg, (split,), onnx=True)
     predictor = predictor_for(cfg, b, run_dir)
     outputs, speed = predict(predictor, b, split)
-    return run_report(cfg, run_dir, b, split, outputs, speed, inference=inference_report(b.model, predictor))
+    return run_report(cfg, run_dir, b, split, outputs, speed, inference=predictor.inference_report())

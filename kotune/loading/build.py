@@ -8,12 +8,11 @@ from typing import Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.devices import seed_everything
-from kotune.loading.built import (Built, Encoder, encode_splits, frozen_cache_settings, requested_max_length,
-                                  resolve_max_length, use_frozen_cache, warn_unknown_hangul)
+from kotune.devices import pad_multiple, seed_everything
+from kotune.loading.built import Built, Encoder, encode_splits, resolve_max_length, use_frozen_cache, warn_unknown_hangul
 from kotune.loading.checkpoint import read_spec
 from kotune.loading.from_checkpoint import build_from_checkpoint, checkpoint_side
-from kotune.loading.reconcile import use_saved_columns
+from kotune.loading.reconcile import frozen_cache_settings, requested_max_length, use_saved_columns
 from kotune.training.weighting import apply_class_weights, check_class_weights
 from tasks import build_task
 from tasks.abstention import checked_threshold
@@ -114,7 +113,7 @@ def build(cfg: DictConfig, need: tuple[str, ...], new_head: bool = False, onnx: 
     check_class_weights(cfg, model, task.name, fresh_head=True)  # before anything is encoded
     settings = EncodeSettings(max_length=loaded.max_length, token_type_ids=loaded.token_type_ids)
     built = encode_splits(task, splits, model, loaded.tokenizer, settings, cfg.cache_dir,
-                          bool(cfg.model.get("padding_free")))
+                          bool(cfg.model.get("padding_free")), pad_multiple(cfg.train))
     built.class_weights = apply_class_weights(cfg, model, task.labels, built.features.get("train"), fresh_head=True)
     built.min_confidence = threshold
     cache = frozen_cache_settings(cfg)

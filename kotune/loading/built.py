@@ -1,6 +1,8 @@
 """What every job's loading ends in, whether fresh (kotune/loading/build.py) or from a checkpoint
 (kotune/loading/from_checkpoint.py): the encoder side (:class:`Encoder`), the length a job reads
-with, and :func:`encode_splits`, which encodes the splits for the model into a :class:`Built`."""
+with, :func:`encode_splits`, which encodes the splits for the model into a :class:`Built` (with the
+collator its batches are padded by), and :func:`built_from`, which builds a checkpoint's model as
+the job reads it (:class:`Reading`, from kotune/loading/reconcile.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,19 +10,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from kotune.devices import pad_multiple
 from tasks.base import EncodeSettings, Task
 from tasks.encode_cache import encode_cached, tokenizer_fingerprint
-from tasks.splits import Split
+from tasks.splits import Split, load_splits
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
 
 UNK_WARN_RATE = 0.05
-
-
-def requested_max_length(cfg: DictConfig) -> int:
-    """``task.max_length`` where the task sets one (QA windows: 384), else ``train.max_length``."""
-    return int(cfg.task.get("max_length") or cfg.train.max_length)
 
 
 def resolve_max_length(requested: int, encoder_config) -> int:
@@ -44,10 +40,12 @@ def warn_unknown_hangul(tokenizer, texts) -> float:
     return rate
 
 
-def make_collator(tokenizer, cfg: DictConfig):
+def make_collator(tokenizer, multiple: int):
+    """The training collator: rows padded with the tokenizer's pad id to their longest, rounded up to
+    ``multiple`` (``train.pad_to_multiple_of``: kotune/devices.py's ``pad_multiple``)."""
     from tasks.collate import DynamicPaddingCollator
 
-    return DynamicPaddingCollator(tokenizer.pad_token_id, pad_multiple(cfg.train))
+    return DynamicPaddingCollator(tokenizer.pad_token_id, multiple)
 
 
 @dataclass
@@ -65,12 +63,37 @@ class Encoder:
     base: Any = None       # mode=lora: what rebuilds the fresh encoder as built (heads.model.lora.base_record)
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How the job reads the checkpoint, all that the build takes from the job's config: its task
+    (with the checkpoint's options and columns), the encoding its model was trained with, the data
+    to read (``data``, the splits ``need``ed, ``seed``, the share held out for ``train.calibrate``),
+    the encoded-feature cache, the class weights the checkpoint keeps (``train.class_weights``
+    applies to training), the frozen-feature cache's settings (None: off), ``model.padding_free``
+    (how the encoder runs, the job's choice whatever the checkpoint was trained with) and the
+    multiple batches are padded to (``train.pad_to_multiple_of``, this machine's)."""
+
+    task: Task
+    settings: EncodeSettings
+    data: DictConfig
+    need: tuple[str, ...]
+    seed: int
+    calibrate_share: float
+    cache_dir: str | None
+    class_weights: dict | None
+    frozen_cache: Any = None
+    padding_free: bool = False
+    pad_to: int = 1
+
+
 class Built:
     """Everything one run needs: task, splits, tokenizer, model, features."""
 
-    def __init__(self, task: Task, splits: dict[str, Split], tokenizer, model, features: dict, max_length: int):
+    def __init__(self, task: Task, splits: dict[str, Split], tokenizer, model, features: dict, max_length: int,
+                 collator):
         self.task, self.splits, self.tokenizer, self.model = task, splits, tokenizer, model
         self.features, self.max_length = features, max_length
+        self.collator = collator  # batches padded alike wherever they run: Trainer, a BatchPredictor, the server
         self.class_weights: dict | None = None  # train.class_weights: {label: {count, weight}} (kotune/training/weighting.py)
         # what Trainer reads per split: the model columns, or with them cached frozen states
         self.inputs = {s: f.select_columns(task.model_columns(f)) for s, f in features.items()}
@@ -81,17 +104,19 @@ class Built:
 
 
 def encode_splits(task: Task, splits: dict[str, Split], model, tokenizer, settings: EncodeSettings,
-                  cache_dir: str | None, padding_free: bool = False) -> Built:
+                  cache_dir: str | None, padding_free: bool = False, pad_to: int = 1) -> Built:
     """The splits encoded for ``model`` (cached by content in ``cache_dir``: tasks/encode_cache.py),
-    as one :class:`Built`; the caller adds class weights and, in frozen mode, the feature cache.
+    as one :class:`Built`, with the collator its batches are padded by (to a multiple of ``pad_to``);
+    the caller adds class weights and, in frozen mode, the feature cache.
     ``padding_free``: ``model.padding_free``, how the model runs its encoder (refused before any encoding)."""
     model.windows = task.windows  # the task's windowing, read by the model's pooling (heads/model/windows.py)
     use_padding_free(model, padding_free)
+    collator = make_collator(tokenizer, pad_to)
     features, tokenizer_key = {}, tokenizer_fingerprint(tokenizer)
     for split, data in splits.items():
         log(f"encoding {split}: {len(data.examples)} examples")
         features[split] = encode_cached(task, data.examples, tokenizer, settings, cache_dir, tokenizer_key)
-    built = Built(task, splits, tokenizer, model, features, settings.max_length)
+    built = Built(task, splits, tokenizer, model, features, settings.max_length, collator)
     built.settings, built.tokenizer_key = settings, tokenizer_key
     return built
 
@@ -107,18 +132,6 @@ def use_padding_free(model, on: bool) -> None:
     model.set_padding_free(True)
 
 
-def frozen_cache_settings(cfg: DictConfig):
-    """``mode.cache``'s settings (heads/model/feature_cache.py's ``CacheSettings``), None when off."""
-    if not cfg.mode.get("cache"):
-        return None
-    from heads.model.feature_cache import CacheSettings
-
-    if not cfg.get("cache_dir"):
-        raise ConfigError("mode.cache=true needs cache_dir=DIR (where frozen features are stored)")
-    return CacheSettings(str(cfg.cache_dir), str(cfg.mode.get("cache_dtype", "float16")),
-                         float(cfg.mode.get("cache_max_gb", 20)), int(cfg.train.eval_batch_size))
-
-
 def use_frozen_cache(b: Built, settings) -> None:
     """``mode.cache``: encode each split once with the frozen encoder; Trainer then reads the
     stored states (heads/model/feature_cache.py)."""
@@ -130,3 +143,16 @@ def use_frozen_cache(b: Built, settings) -> None:
     identity = {"model": b.model.meta.get("model"), "tokenizer": b.tokenizer_key,
                 "max_length": b.max_length}
     b.inputs, b.cache_report = cached_inputs(b.model, b.inputs, identity, settings, name=b.task.name)
+
+
+def built_from(reading: Reading, model, tokenizer) -> Built:
+    """A checkpoint's ``model`` and ``tokenizer`` built as the job reads them (``reading``:
+    kotune/loading/reconcile.py): the splits read as the checkpoint's task reads them, encoded for
+    its model; the class weights it was trained with; in frozen mode, the feature cache."""
+    splits = load_splits(reading.task, reading.data, reading.need, reading.seed, reading.calibrate_share)
+    built = encode_splits(reading.task, splits, model, tokenizer, reading.settings,
+                          reading.cache_dir, reading.padding_free, reading.pad_to)
+    built.class_weights = reading.class_weights
+    if reading.frozen_cache is not None:
+        use_frozen_cache(built, reading.frozen_cache)
+    return built

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from kotune.devices import seed_everything
-from kotune.loading.built import Built, Encoder, encode_splits, use_frozen_cache
+from kotune.loading.built import Built, Encoder, built_from
 from kotune.loading.checkpoint import Checkpoint, checkpoint_model_dir, read_checkpoint
-from kotune.loading.reconcile import Reading, checkpoint_length, reconcile
+from kotune.loading.reconcile import checkpoint_length, reconcile
 from tasks import build_task
 from tasks.abstention import checked_threshold
-from tasks.splits import load_splits, require_data_files
+from tasks.splits import require_data_files
 
 
 def build_from_checkpoint(cfg: DictConfig, need: tuple[str, ...], onnx: bool = False,
@@ -29,23 +28,10 @@ def build_from_checkpoint(cfg: DictConfig, need: tuple[str, ...], onnx: bool = F
     if not (onnx and is_export(path)):
         checkpoint_model_dir(path)
     require_data_files(cfg.data, need)
-    seed_everything(int(cfg.train.seed))
     checkpoint = read_checkpoint(path, onnx_settings(cfg) if onnx else None)
-    built = built_from(checkpoint, reconcile(cfg, checkpoint, task, need, calibrate_share))
+    reading = reconcile(cfg, checkpoint, task, need, calibrate_share)
+    built = built_from(reading, checkpoint.model, checkpoint.tokenizer)
     built.min_confidence = threshold
-    return built
-
-
-def built_from(checkpoint: Checkpoint, reading: Reading) -> Built:
-    """The job built from its checkpoint as reconciled: the splits read as the checkpoint's task
-    reads them, encoded for its model; the class weights it was trained with; in frozen mode, the
-    feature cache."""
-    splits = load_splits(reading.task, reading.data, reading.need, reading.seed, reading.calibrate_share)
-    built = encode_splits(reading.task, splits, checkpoint.model, checkpoint.tokenizer, reading.settings,
-                          reading.cache_dir, reading.padding_free)
-    built.class_weights = reading.class_weights
-    if reading.frozen_cache is not None:
-        use_frozen_cache(built, reading.frozen_cache)
     return built
 
 

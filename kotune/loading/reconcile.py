@@ -1,41 +1,19 @@
-"""A checkpoint reconciled with the job that reads it, in one function (:func:`reconcile`): the mode
-it was saved by, its head and the task options its weights depend on (``Task.saved_options``), the
-columns its task read, the length it was trained with, the class weights it keeps. kotune/loading/from_checkpoint.py builds
-from what it returns."""
+"""The job's config as a build reads it (the length asked for, the frozen-feature cache's settings),
+and a checkpoint reconciled with the job that reads it, in one function (:func:`reconcile`): the
+mode it was saved by, its head and the task options its weights depend on (``Task.saved_options``),
+the columns its task read, the length it was trained with, the class weights it keeps. It returns
+a :class:`Reading`, which kotune/loading/built.py's ``built_from`` builds from."""
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from kotune.loading.built import frozen_cache_settings, requested_max_length
+from kotune.devices import pad_multiple
+from kotune.loading.built import Reading
 from kotune.loading.checkpoint import Checkpoint
 from tasks.base import EncodeSettings, Task
 from tasks.class_weights import class_weight_setting, saved_class_weights
 from kotune.core.errors import ConfigError
 from kotune.core.log import log
-
-
-@dataclass(frozen=True)
-class Reading:
-    """How the job reads the checkpoint, all that the build takes from the job's config: its task
-    (with the checkpoint's options and columns), the encoding its model was trained with, the data
-    to read (``data``, the splits ``need``ed, ``seed``, the share held out for ``train.calibrate``),
-    the encoded-feature cache, the class weights the checkpoint keeps (``train.class_weights``
-    applies to training), the frozen-feature cache's settings (None: off), and ``model.padding_free``
-    (how the encoder runs, the job's choice whatever the checkpoint was trained with)."""
-
-    task: Task
-    settings: EncodeSettings
-    data: DictConfig
-    need: tuple[str, ...]
-    seed: int
-    calibrate_share: float
-    cache_dir: str | None
-    class_weights: dict | None
-    frozen_cache: Any = None
-    padding_free: bool = False
 
 
 def reconcile(cfg: DictConfig, checkpoint: Checkpoint, task: Task, need: tuple[str, ...],
@@ -46,15 +24,32 @@ def reconcile(cfg: DictConfig, checkpoint: Checkpoint, task: Task, need: tuple[s
     is a warning), and what the build reads of the config (:class:`Reading`)."""
     if not checkpoint.export:  # an export is a plain native model: it has no mode to continue
         check_checkpoint_mode(str(cfg.mode.name), checkpoint, "train" in need)
-    task = task_for_checkpoint(task, checkpoint.meta | {"head": checkpoint.head}, checkpoint.path)
-    use_saved_columns(task, checkpoint.meta, checkpoint.path)
     settings = EncodeSettings(max_length=checkpoint_length(cfg, checkpoint, warn=True),
                               token_type_ids=checkpoint.token_type_ids)
+    frozen_cache = frozen_cache_settings(cfg) if cfg.mode.get("cache") and checkpoint.model.frozen else None
+    use_saved_columns(task, checkpoint.meta, checkpoint.path)
+    task = task_for_checkpoint(task, checkpoint.meta | {"head": checkpoint.head}, checkpoint.path)
     asked = class_weight_setting(cfg.train.get("class_weights")) is not None
     return Reading(task, settings, cfg.data, tuple(need), int(cfg.train.seed), float(calibrate_share),
                    cfg.get("cache_dir"), saved_class_weights(checkpoint.class_weights, task.labels, asked),
-                   frozen_cache_settings(cfg) if cfg.mode.get("cache") and checkpoint.model.frozen else None,
-                   bool(cfg.model.get("padding_free")))
+                   frozen_cache, bool(cfg.model.get("padding_free")), pad_multiple(cfg.train))
+
+
+def requested_max_length(cfg: DictConfig) -> int:
+    """``task.max_length`` where the task sets one (QA windows: 384), else ``train.max_length``."""
+    return int(cfg.task.get("max_length") or cfg.train.max_length)
+
+
+def frozen_cache_settings(cfg: DictConfig):
+    """``mode.cache``'s settings (heads/model/feature_cache.py's ``CacheSettings``), None when off."""
+    if not cfg.mode.get("cache"):
+        return None
+    from heads.model.feature_cache import CacheSettings
+
+    if not cfg.get("cache_dir"):
+        raise ConfigError("mode.cache=true needs cache_dir=DIR (where frozen features are stored)")
+    return CacheSettings(str(cfg.cache_dir), str(cfg.mode.get("cache_dtype", "float16")),
+                         float(cfg.mode.get("cache_max_gb", 20)), int(cfg.train.eval_batch_size))
 
 
 def checkpoint_length(cfg: DictConfig, checkpoint: Checkpoint, warn: bool) -> int:
@@ -141,8 +136,10 @@ def task_for_checkpoint(task: Task, meta: dict, checkpoint: str) -> Task:
         log(f"warning: checkpoint {checkpoint} was trained with task.{option}={saved[option]}; using it "
             f"(requested {task.cfg.get(option)})")
         changes[option] = saved[option]
-    if changes:
+    if changes:  # a task rebuilt with them keeps the columns it was told to read (use_saved_columns)
         cfg = OmegaConf.to_container(task.cfg, resolve=True)
+        told = task.checkpoint_columns, task.checkpoint_name
         task = type(task)(OmegaConf.create({**cfg, **changes}))
+        task.checkpoint_columns, task.checkpoint_name = told
     task.labels = meta.get("labels", task.labels)
     return task

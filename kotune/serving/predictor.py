@@ -22,7 +22,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from kotune.loading.from_checkpoint import build_from_checkpoint
-from kotune.inference.model_runtimes import batch_predictor, concat_padded, inference_report
+from heads.model.inference import concat_padded
+from kotune.inference.model_runtimes import batch_predictor
 from kotune.inference.predict import predict_rows
 from heads.model.inference import row_sizes, token_batches
 from tasks import build_task
@@ -65,7 +66,7 @@ class Predictor:
         servable(self.b.task)
         self.runtime = str(self.b.model.runtime)  # torch (a checkpoint), onnxruntime (an ONNX export): kotune/inference/model_runtimes.py
         # predict.device / precision / batch_tokens: the one forward every inference path runs (heads/model/inference.py)
-        self.batches = batch_predictor(cfg, self.b.model, self.b.tokenizer)
+        self.batches = batch_predictor(cfg, self.b.model, self.b.collator)
 
     @property
     def batch_tokens(self) -> int | None:
@@ -115,7 +116,7 @@ class Predictor:
         features, inputs = self.encoded(examples)
         order = length_order(features)
         rows = in_order(inputs, order)
-        # the cuts of BatchPredictor.predict (kotune/inference/model_runtimes.py): rows, or rows × padded length within the budget
+        # the cuts of BatchPredictor.predict (heads/model/inference.py): rows, or rows × padded length within the budget
         sizes = row_sizes(rows) if runner.batch_tokens else [(1, 1)] * len(rows)
         cuts = token_batches(sizes, runner.batch_tokens, runner.batch_size, getattr(runner.collator, "multiple", 1))
         calls = [runner.collator([rows[i] for i in cut]) for cut in cuts]
@@ -176,4 +177,4 @@ class Predictor:
         model = self.b.model
         return {"task": self.b.task.name, "head": model.head_kind, "runtime": self.runtime,
                 "model_file": getattr(model, "file", None), "labels": self.b.task.labels, "fields": list(self.fields),
-                **inference_report(model, self.batches)}
+                **self.batches.inference_report()}

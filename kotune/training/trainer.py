@@ -16,10 +16,10 @@ from transformers import PreTrainedModel, Trainer
 from kotune.training import compiled, early_stopping
 
 from kotune.sweeps import pruning
-from kotune.loading.built import Built, make_collator
+from kotune.loading.built import Built
 from kotune.training.optim import check_layer_decay, parameter_groups
 from kotune.training.resume import COMPLETE, resume_identity
-from kotune.devices import pad_multiple, world_size
+from kotune.devices import world_size
 from kotune.training.arguments import plain_progress, prediction_arguments, tensorboard_dir, training_arguments
 from kotune.core.errors import KotuneError
 from kotune.core.files import write_json_atomic
@@ -77,6 +77,15 @@ class KotuneTrainer(Trainer):
             from transformers.integrations import TensorBoardCallback
 
             self.add_callback(TensorBoardCallback(_summary_writer(tensorboard_dir)))
+
+
+    def inference_report(self) -> dict:
+        """Where Trainer ran the batches (results.json ``inference``): train.* (bf16, fp16, use_cpu)
+        decide; a BatchPredictor's own: heads/model/inference.py."""
+        args = self.args
+        precision = "bf16" if args.bf16_full_eval else "fp16" if args.fp16_full_eval else "fp32"
+        return {"device": str(args.device), "precision": precision, "batch_tokens": None, "provider": None,
+                "runner": "trainer"}
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         if self.before_evaluation is not None and eval_dataset is None:
@@ -239,7 +248,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
             from kotune.training.token_budget import TokenBudgetBatches
 
             batches = len(TokenBudgetBatches(row_sizes(b.inputs["train"]), int(batch_tokens), 0,
-                                             pad_multiple(cfg.train), world_size())) * world_size()
+                                             b.collator.multiple, world_size())) * world_size()
         else:
             batches = math.ceil(len(train) / int(cfg.train.batch_size))
         steps_per_epoch = max(1, math.ceil(batches / world_size()) // int(cfg.train.grad_accum))
@@ -249,7 +258,7 @@ def make_trainer(cfg: DictConfig, b: Built, run_dir: str,
                                 task.main_metric, task.greater_is_better),
         train_dataset=b.inputs.get("train"),
         eval_dataset=in_order(b.inputs[evaluated], val_order) if do_eval else None,
-        data_collator=make_collator(b.tokenizer, cfg),
+        data_collator=b.collator,
         compute_metrics=compute_metrics if do_eval else None,
         before_evaluation=fit_decision if do_eval and "tune" in b.features else None,
         mix_learning_rate=cfg.train.get("mix_learning_rate"),
@@ -266,4 +275,4 @@ def prediction_trainer(cfg: DictConfig, b: Built, run_dir: str) -> KotuneTrainer
     Trainer's devices, precision and processes (kotune/training/arguments.py's
     ``prediction_arguments``), batches padded as in training; no optimizer, schedule or callbacks."""
     return KotuneTrainer(model=b.model, args=prediction_arguments(cfg, run_dir, list(b.model.head.label_fields)),
-                         data_collator=make_collator(b.tokenizer, cfg))
+                         data_collator=b.collator)
