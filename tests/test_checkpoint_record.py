@@ -69,3 +69,29 @@ def test_an_onnx_export_is_read_once_too(trained, tmp_path, monkeypatch):  # noq
     with pytest.raises(ArtifactError, match="not an ONNX graph onnxruntime runs"):
         read_checkpoint(str(export), onnx={})
     assert opened == [str(export / "kotune_export.json")]
+
+
+@pytest.mark.parametrize("runner", ["trainer", "kotune"])
+def test_a_checkpoints_predictions_do_not_depend_on_the_random_state_before_it_is_read(trained, tmp_path, runner):  # noqa: F811
+    """The checkpoint path does not seed (a fresh build seeds before it makes its model; Trainer seeds
+    at its init): a checkpoint read after any random draws predicts the same logits, through Trainer
+    and through a BatchPredictor (predict.device set), where nothing seeds."""
+    import numpy as np
+    import torch
+
+    from kotune.inference.model_runtimes import predictor_for
+    from kotune.inference.predict import predict_logits
+    from kotune.loading.from_checkpoint import build_from_checkpoint
+
+    cfg = compose([f"checkpoint={trained}", "data=sample", f"cache_dir={tmp_path / 'cache'}",
+                   *(["predict.device=cpu"] if runner == "kotune" else [])])
+    logits = []
+    for seed in (0, 12345):
+        torch.manual_seed(seed)
+        torch.rand(7)
+        b = build_from_checkpoint(cfg, ("validation",))
+        predictor = predictor_for(cfg, b, str(tmp_path / f"run{seed}"))
+        assert predictor.inference_report()["runner"] == runner
+        out, _ = predict_logits(predictor, b.features["validation"], b.inputs["validation"])
+        logits.append(np.asarray(out))
+    assert logits[0].shape[0] > 0 and np.array_equal(logits[0], logits[1])

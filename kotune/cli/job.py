@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kotune import embeddings
 from kotune.actions import ACTIONS
-from kotune.devices import is_rank_zero, seed_everything, world_size
+from kotune.devices import is_rank_zero, world_size
 from kotune.training.ranges import check_train
 from kotune.core.atomic_dir import clear_leftovers
 from tasks.encode_cache import fingerprint
@@ -70,7 +70,6 @@ def _execute(cfg: DictConfig, run_dir: str) -> dict:
         if cfg.action not in ACTIONS:
             raise ConfigError(f"unknown action '{cfg.action}' (choices: {', '.join(ACTIONS)})")
         check_train(cfg)  # the numeric train.* settings' ranges, before anything is read or built
-        seed_everything(int(cfg.train.seed))  # every action seeded first, as HF's examples call set_seed
         action = ACTIONS[cfg.action]
         if embeddings.runs_here(cfg):  # a bi-encoder trains and predicts through sentence-transformers
             action = embeddings.action_for(cfg) or action
