@@ -289,3 +289,20 @@ def test_a_job_inside_a_job_is_the_same_job_and_one_that_raises_keeps_its_secret
             remember_secrets(["Zq9RaisedSecret"])
             raise RuntimeError("Zq9RaisedSecret")
     assert mask_credentials("Zq9RaisedSecret") == "***"
+
+
+def test_a_failed_api_job_raises_the_masked_error_results_json_holds(tmp_path):
+    """A job that fails on a path holding a password (a file given as a URL): RunFailed's message, the
+    returned results and results.json all say it masked; the job's secrets are forgotten once it
+    ends, so the message is masked while the job runs."""
+    import json
+
+    from kotune.api import RunFailed, train
+
+    secret_file = "s3://reader:Tz8HiddenPw@bucket/train.tsv"
+    with pytest.raises(RunFailed) as failed:
+        train("task=text_cls", *TINY, f"data.train_file={secret_file}", f"data.validation_file={secret_file}",
+              run_dir=str(tmp_path / "failed"))
+    assert "file not found" in str(failed.value) and "Tz8HiddenPw" not in str(failed.value), str(failed.value)
+    assert failed.value.results["error"] == str(failed.value)
+    assert json.loads((tmp_path / "failed" / "results.json").read_text(encoding="utf-8"))["error"] == str(failed.value)

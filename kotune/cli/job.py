@@ -76,7 +76,7 @@ def _execute(cfg: DictConfig, run_dir: str) -> dict:
         results.update(action(cfg, run_dir))
         results["status"] = "pruned" if results.get("pruned") else "ok"  # a sweep's trial stopped early (kotune/sweeps/pruning.py)
     except KotuneError as e:
-        results.update(status="failed", error=str(e), error_type=type(e).__name__)
+        results.update(status="failed", error=mask_credentials(str(e)), error_type=type(e).__name__)  # as results.json says it
     except Exception as e:  # noqa: BLE001 - a failed job still leaves a results file behind
         if not cfg.get("keep_going_on_bugs", True):
             raise
