@@ -121,3 +121,37 @@ def test_compiled_padding_free_trains_to_the_padded_eager_loss(cache_dir, fresh_
     _, packed = train(["train.max_steps=4", "train.compile=true", "model.padding_free=true", *SMALL, *NO_DROPOUT],
                       cache_dir, "aot_eager")
     assert packed == pytest.approx(eager, abs=1e-6)
+
+
+@pytest.mark.parametrize("objective", ["mlm", "rtd"])
+def test_compiled_pretraining_on_the_gpus_masked_position_index_trains_to_the_eager_loss(objective, tmp_path, run_job,
+                                                                                        fresh_dynamo, monkeypatch):
+    """train.compile × action=pretrain's fixed-shape masked-position index (where a host read waits, a
+    GPU: kotune.devices.host_reads_wait), watched on the CPU: compiled (aot_eager: dynamo's graphs),
+    the index trains to the eager run's loss with the CPU's boolean picking (dropout off)."""
+    import kotune.actions.pretrain as pretrain_action
+    from kotune.training import compiled as compilation
+    from test_pretrain import TINY, corpus
+
+    make_args = pretrain_action.training_arguments
+
+    def aot_eager(*args, **kwargs):
+        made = make_args(*args, **kwargs)
+        if made.torch_compile:
+            made.torch_compile_backend = "aot_eager"
+        return made
+
+    monkeypatch.setattr(pretrain_action, "training_arguments", aot_eager)
+    electra = ["model.architecture=electra"] if objective == "rtd" else []
+    job = [*TINY, *electra, f"data.train_file={corpus(tmp_path)}", f"pretrain.objective={objective}",
+           "train.max_steps=4", "model.config_overrides.hidden_dropout_prob=0",
+           "model.config_overrides.attention_probs_dropout_prob=0"]
+    monkeypatch.setattr(pretrain_action, "host_reads_wait", lambda: False)
+    eager = run_job(job, "eager")
+    assert compilation.compilations() == 0
+    monkeypatch.setattr(pretrain_action, "host_reads_wait", lambda: True)
+    compiled = run_job([*job, "train.compile=true"], "compiled")
+    assert compilation.compilations() >= 1  # dynamo compiled the step's model
+    assert eager["status"] == compiled["status"] == "ok", compiled.get("error")
+    assert compiled["train_steps"] == eager["train_steps"] == 4
+    assert compiled["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-5)
